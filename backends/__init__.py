@@ -1,0 +1,26 @@
+"""Backends: targets a converted ONNX model is turned into, imported only when used.
+
+A backend module defines ``SUFFIXES``, ``available() -> str | None`` (None when usable, else why
+not), ``inspect(path) -> dict`` and ``runner(path) -> callable(feeds) -> outputs``.
+"""
+from __future__ import annotations
+
+from onnxbridge.registry import Plugin, Registry
+
+BACKENDS = Registry("backend", [
+    Plugin("onnx", "onnxbridge.backends.onnx_target", requires=("onnx", "onnxruntime"),
+           description="ONNX file, run with onnxruntime (the reference runtime)"),
+])
+
+
+def for_file(path) -> str | None:
+    """The backend whose artifacts end like ``path`` (for inspect/validate), or None."""
+    import importlib
+    from pathlib import Path
+
+    name = Path(path).name.lower()
+    for backend in BACKENDS.names():
+        module = importlib.import_module(BACKENDS.plugin(backend).module)
+        if name.endswith(tuple(module.SUFFIXES)):
+            return backend
+    return None

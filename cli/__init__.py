@@ -1,0 +1,1 @@
+"""The ``onnxbridge`` command line: a thin layer over the Python API."""

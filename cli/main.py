@@ -1,0 +1,215 @@
+"""``onnxbridge`` commands. Only click is imported at start-up; each command imports what it uses.
+
+Exit codes: 0 ok, 1 validation failed, 2 bad input or usage, 3 backend/toolchain unavailable,
+4 internal error (a bug: please report it with --debug output).
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+import click
+
+from onnxbridge._version import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
+
+
+def _stderr(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def handle_errors(fn):
+    """One line and an exit code for every error; the traceback only with --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        ctx = click.get_current_context()
+        debug = ctx.find_root().params.get("debug", False)
+        try:
+            return fn(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            _stderr("interrupted")
+            sys.exit(130)
+        except Exception as exc:
+            from onnxbridge.errors import OnnxBridgeError
+
+            if debug:
+                raise
+            if isinstance(exc, OnnxBridgeError):
+                _stderr(f"error: {exc.one_line()}")
+                sys.exit(exc.exit_code)
+            text = " ".join(str(exc).split())[:400]
+            _stderr(f"internal error: {type(exc).__name__}: {text} (run with --debug for the traceback)")
+            sys.exit(EXIT_INTERNAL)
+
+    return wrapper
+
+
+def _console(ctx: click.Context):
+    from rich.console import Console
+
+    return Console(quiet=ctx.find_root().params.get("quiet", False))
+
+
+def _progress(ctx: click.Context) -> bool:
+    return not ctx.find_root().params.get("quiet", False) and sys.stderr.isatty()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="onnxbridge")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def cli(quiet: bool, debug: bool) -> None:
+    """Move trained models between frameworks and runtimes through ONNX, validated hop by hop.
+
+    \b
+    Exit codes: 0 ok, 1 validation failed, 2 bad input, 3 backend unavailable, 4 internal error.
+    """
+
+
+SOURCE_HELP = "a model file (.onnx, .pt2, .pt) or a factory 'file.py:function' / 'pkg.module:function'"
+
+
+@cli.command()
+@click.argument("source")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the model.")
+@click.option("--from", "from_", metavar="FRONTEND", help="Source kind (default: detected): torch, onnx.")
+@click.option("--to", default="onnx", show_default=True, help="Target format.")
+@click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
+              help="Shape (and dtype) of an input; creates seeded random sample inputs.")
+@click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:LABEL]", help="Make an axis dynamic.")
+@click.option("--exporter", type=click.Choice(["auto", "dynamo", "torchscript"]), default="auto",
+              show_default=True, help="PyTorch exporter (auto: TorchScript below opset 18, else dynamo).")
+@click.option("--validate/--no-validate", default=True, show_default=True,
+              help="Compare the result with the source framework.")
+@click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True,
+              help="Tolerance policy.")
+@click.option("--atol", type=float, help="Absolute tolerance (default by precision; fp32 1e-4).")
+@click.option("--rtol", type=float, help="Relative tolerance (default by precision; fp32 1e-3).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--external-data/--no-external-data", default=None,
+              help="Store weights in OUTPUT.data (default: only when over 2 GB).")
+@click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
+@click.option("--trust", is_flag=True, help="Allow loading pickles (can run arbitrary code).")
+@click.pass_context
+@handle_errors
+def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, exporter, validate, inputs,
+            precision, atol, rtol, seed, external_data, report, trust):
+    """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
+
+    SOURCE is a model file (.onnx, .pt2, TorchScript .pt) or a factory 'file.py:function' whose
+    function returns the model, or (model, sample_inputs).
+    """
+    from onnxbridge import report as reports
+    from onnxbridge.spine import convert as run_convert
+
+    result = run_convert(source, to=to, output=output, opset=opset, dynamic=list(dynamic), validate=validate,
+                         inputs=inputs, input_shapes=list(input_shapes), exporter=exporter, from_=from_,
+                         trust=trust, precision=precision, atol=atol, rtol=rtol, seed=seed,
+                         external_data=external_data, report=report, progress=_progress(ctx))
+    rep = result.report
+    console = _console(ctx)
+    art = rep["artifact"]
+    console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} bytes"
+                  + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "") + ")")
+    _finish(ctx, rep, console)
+
+
+def _finish(ctx, rep: dict, console) -> None:
+    from onnxbridge import report as reports
+
+    reports.render(rep, console)
+    for line in rep["notes"]:
+        console.print(f"[dim]note: {line}[/]")
+    console.print(f"status: [bold]{rep['status']}[/]")
+    if rep["status"] == "failed":
+        _stderr(f"error: {reports.failure_summary(rep)}")
+        ctx.exit(EXIT_FAILED)
+
+
+@cli.command()
+@click.argument("source")
+@click.argument("converted", type=click.Path())
+@click.option("--inputs", type=click.Path(exists=True), help="Inputs: .npz or a folder of .npy.")
+@click.option("--from", "from_", metavar="FRONTEND", help="Source kind (default: detected).")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True)
+@click.option("--atol", type=float, help="Absolute tolerance (default by precision).")
+@click.option("--rtol", type=float, help="Relative tolerance (default by precision).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
+@click.option("--trust", is_flag=True, help="Allow loading pickles (can run arbitrary code).")
+@click.pass_context
+@handle_errors
+def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, seed, report, trust):
+    """Compare CONVERTED (ONNX) with SOURCE on the same inputs; exit 1 if they differ."""
+    from onnxbridge.spine import validate as run_validate
+
+    rep = run_validate(source, converted, inputs, from_=from_, input_shapes=list(input_shapes), trust=trust,
+                       precision=precision, atol=atol, rtol=rtol, seed=seed, report=report,
+                       progress=_progress(ctx))
+    _finish(ctx, rep, _console(ctx))
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+@handle_errors
+def inspect(ctx, model, as_json):
+    """Opsets, IR version, inputs/outputs, op histogram, parameters and external data of MODEL."""
+    import json
+
+    from onnxbridge.backends import BACKENDS, for_file
+
+    info = BACKENDS.load(for_file(model) or "onnx").inspect(model)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        from onnxbridge.inspection import render
+
+        render(info, _console(ctx))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+@handle_errors
+def doctor(ctx, as_json):
+    """Every frontend and backend: available or why not, with versions."""
+    import json
+
+    from onnxbridge.backends import BACKENDS
+    from onnxbridge.frontends import FRONTENDS
+    from onnxbridge.report import environment
+
+    rows = [FRONTENDS.status(n) for n in FRONTENDS.names()] + [BACKENDS.status(n) for n in BACKENDS.names()]
+    info = {"environment": environment(), "plugins": rows}
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    from rich.table import Table
+
+    env = info["environment"]
+    console = _console(ctx)
+    console.print(f"onnxbridge {env['onnxbridge']}, Python {env['python']}, {env['platform']}, "
+                  + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
+    table = Table("kind", "name", "status", "versions", "what")
+    for r in rows:
+        status = "[green]available[/]" if r["available"] else f"[red]unavailable[/]: {r['reason']}"
+        versions = ", ".join(f"{k} {v or '-'}" for k, v in r["versions"].items())
+        table.add_row(r["kind"], r["name"], status, versions, r["description"])
+    console.print(table)
+
+
+def main() -> None:
+    cli(prog_name="onnxbridge")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""ONNX frontend: an existing ONNX model as the source (re-target its opset, validate against it)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from onnxbridge.errors import BadInputError
+from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.specs import DynamicAxis, TensorSpec, random_sample
+
+NAME = "onnx"
+
+
+def accepts(source: Any) -> bool:
+    if isinstance(source, (str, Path)):
+        return Path(source).suffix.lower() == ".onnx"
+    return type(source).__name__ == "ModelProto" and type(source).__module__.startswith("onnx")
+
+
+def load(source: Any, *, sample_inputs: Any = None, input_shapes: Sequence[TensorSpec] = (),
+         dynamic: Sequence[DynamicAxis] = (), input_names: Sequence[str] | None = None,
+         trust: bool = False, seed: int = 0) -> "OnnxModel":
+    if dynamic:
+        raise BadInputError("--dynamic applies when exporting from a framework; this source is already ONNX")
+    if input_names:
+        raise BadInputError("input names of an ONNX source are fixed; rename them in the source model")
+    return OnnxModel(source, sample_inputs, input_shapes, seed)
+
+
+class OnnxModel(SourceModel):
+    frontend = "onnx"
+    framework = "onnxruntime"
+
+    def __init__(self, source: Any, sample_inputs: Any, input_shapes: Sequence[TensorSpec], seed: int):
+        import onnx
+
+        from onnxbridge import runtime
+        from onnxbridge.fileio import load_onnx
+
+        if isinstance(source, (str, Path)):
+            self.path: Path | None = Path(source)
+            self.proto = load_onnx(self.path)
+            self.description = f"ONNX file {self.path.name}"
+        else:
+            self.path, self.proto = None, onnx.ModelProto()
+            self.proto.CopyFrom(source)  # never modify the caller's model
+            self.description = f"ONNX model {self.proto.graph.name or '(unnamed)'}"
+        self.kind = "ONNX"
+        self.session = runtime.session(self.path or self.proto)
+        specs = runtime.input_specs(self.session)
+        names = [s.name for s in specs]
+        by_name = {s.name: s for s in input_shapes}
+        unknown = [n for n in by_name if n not in names]
+        if unknown:
+            raise BadInputError(f"--input-shape names unknown input {', '.join(map(repr, unknown))}; "
+                                f"the model takes {', '.join(map(repr, names))}")
+        for s in input_shapes:
+            model_spec = next(m for m in specs if m.name == s.name)
+            if len(s.shape) != len(model_spec.shape) or any(
+                    isinstance(d, int) and d != g for d, g in zip(model_spec.shape, s.shape)):
+                raise BadInputError(f"--input-shape {s.name}:{','.join(map(str, s.shape))} does not fit the "
+                                    f"model's input shape {list(model_spec.shape)}")
+        self.input_specs = [TensorSpec(s.name, by_name[s.name].shape if s.name in by_name else s.shape,
+                                       s.dtype) for s in specs]
+        self.dynamic = [DynamicAxis(s.name, i, d if isinstance(d, str) else None)
+                        for s in specs for i, d in enumerate(s.shape) if not isinstance(d, int)]
+        if sample_inputs is not None:
+            from onnxbridge.specs import Sample
+
+            self.sample = Sample(dict(sample_inputs), origin="sample inputs")
+        else:
+            self.sample = random_sample(self.input_specs, seed=seed)
+
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
+               exporter: str = "auto") -> Exported:
+        import onnx
+
+        if output_names:
+            raise BadInputError("output names of an ONNX source are fixed")
+        model = onnx.ModelProto()
+        model.CopyFrom(self.proto)
+        return Exported(model, self.path.parent if self.path else None, "onnx (copied)")
+
+    def run(self, feeds: Mapping[str, Any]) -> list:
+        from onnxbridge import runtime
+
+        return runtime.run(self.session, feeds)

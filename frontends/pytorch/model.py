@@ -1,0 +1,397 @@
+"""A loaded PyTorch source: sample inputs, ONNX export (dynamo or TorchScript) and reference runs."""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from onnxbridge.errors import BadInputError, ExportError
+from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.frontends.pytorch import archives
+from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array
+
+EXPORTERS = ("auto", "dynamo", "torchscript")
+_TORCH_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64",
+                 torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16",
+                 torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            import ml_dtypes
+
+            return t.float().numpy().astype(ml_dtypes.bfloat16)
+        return t.resolve_conj().resolve_neg().numpy()
+    return np.asarray(t)
+
+
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    a = np.asarray(a)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.array(a, copy=True))
+
+
+@contextlib.contextmanager
+def eval_mode(module: Any, *, grad: bool = False):
+    """Eval mode (and no_grad unless ``grad``); every submodule's own training flag is restored after.
+
+    Exports keep grad mode on: under no_grad, nn.TransformerEncoderLayer takes a fused fast path
+    (aten::_transformer_encoder_layer_fwd) that the TorchScript exporter cannot translate.
+    """
+    states = []
+    if isinstance(module, torch.nn.Module):
+        with contextlib.suppress(Exception):
+            states = [(m, m.training) for m in module.modules()]
+            for m, _ in states:
+                m.training = False
+    try:
+        with contextlib.nullcontext() if grad else torch.no_grad():
+            yield
+    finally:
+        for m, flag in states:
+            m.training = flag
+
+
+@contextlib.contextmanager
+def native_output_silenced():
+    """Swallow what C++ code writes to file descriptors 1 and 2 (the TorchScript exporter dumps
+    whole graphs there when it fails)."""
+    import os
+    import sys
+    import tempfile
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+@contextlib.contextmanager
+def quiet_export(caught: list[str]):
+    """Silence torch's prints and logger chatter; keep its warnings for the report."""
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("always")
+            yield
+    finally:
+        for lg, lvl in zip(loggers, levels):
+            lg.setLevel(lvl)
+    for r in records:
+        msg = _one_line(r.message, 200)
+        if msg not in caught and len(caught) < 10:
+            caught.append(msg)
+
+
+def _param_names(module: Any) -> list[str]:
+    if isinstance(module, torch.jit.ScriptModule):
+        return [a.name for a in module.forward.schema.arguments[1:]]
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _required_names(module: Any) -> list[str]:
+    if isinstance(module, torch.jit.ScriptModule):
+        return [a.name for a in module.forward.schema.arguments[1:] if a.default_value is None]
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+
+
+class TorchModel(SourceModel):
+    frontend = "torch"
+    framework = "torch"
+
+    def __init__(self, module: Any, *, kind: str, description: str, args: tuple, kwargs: dict,
+                 names: list[str], dynamic: Sequence[DynamicAxis], program: Any = None):
+        self.module, self.program = module, program
+        self.kind, self.description = kind, description
+        self.args, self.kwargs = args, kwargs
+        # (slot, name): slot is an int for a positional argument, a str for a keyword argument
+        self.slots: list[tuple[int | str, str]] = []
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor):
+                self.slots.append((i, names[i] if i < len(names) else f"input_{i}"))
+            elif isinstance(a, (list, tuple, dict)):
+                raise BadInputError("nested sample inputs (lists/dicts of tensors) are not supported; "
+                                    "pass tensors as separate arguments")
+        self.slots += [(k, k) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        self.input_specs = [TensorSpec(n, tuple(self._value(s).shape), _TORCH_DTYPES.get(self._value(s).dtype,
+                            str(self._value(s).dtype))) for s, n in self.slots]
+        self.sample = Sample({n: to_numpy(self._value(s)) for s, n in self.slots}, origin="sample inputs")
+        names_known = [n for _, n in self.slots]
+        for d in dynamic:
+            if d.name in names_known:
+                rank = len(self.sample.feeds[d.name].shape)
+                if not -rank <= d.axis < rank:
+                    raise BadInputError(f"--dynamic {d.name}:{d.axis}: input '{d.name}' has rank {rank}")
+        self.dynamic = list(dynamic)
+        self._reference0: list[np.ndarray] | None = None
+
+    # construction ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, source: Any, *, sample_inputs: Any, input_shapes: Sequence[TensorSpec],
+               dynamic: Sequence[DynamicAxis], input_names: Sequence[str] | None, trust: bool,
+               seed: int) -> "TorchModel":
+        program = None
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            kind = archives.kind(path)
+            if kind == "pt2":
+                pickled = archives.pt2_pickled_entries(path)
+                if pickled:
+                    archives.require_trust(path, f"holds pickled objects ({pickled[0]})", trust)
+                program = _call(lambda: torch.export.load(str(path)), f"cannot load '{path}'")
+            elif kind == "torchscript":
+                module = _call(lambda: torch.jit.load(str(path), map_location="cpu"), f"cannot load '{path}'")
+                description = f"TorchScript archive {path.name}"
+            else:
+                archives.require_trust(path, "is a pickle written by torch.save", trust)
+                module = _call(lambda: torch.load(path, map_location="cpu", weights_only=False),
+                               f"cannot unpickle '{path}'")
+                if isinstance(module, Mapping):
+                    raise BadInputError(f"'{path}' holds a state_dict, not a model: use a factory "
+                                        "(module.py:function) that builds the model and loads it")
+                if not isinstance(module, torch.nn.Module):
+                    raise BadInputError(f"'{path}' holds a {type(module).__name__}, not a torch.nn.Module")
+                description = f"pickled {type(module).__name__} from {path.name}"
+            kind_label = {"pt2": "torch.export .pt2", "torchscript": "TorchScript", "pickle": "pickled nn.Module"}[kind]
+        elif isinstance(source, torch.export.ExportedProgram):
+            program, kind_label = source, "torch.export ExportedProgram"
+        elif isinstance(source, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
+            module, kind_label, description = source, "TorchScript", f"TorchScript {type(source).__name__}"
+        elif isinstance(source, torch.nn.Module):
+            module, kind_label, description = source, "nn.Module", f"nn.Module {type(source).__name__}"
+        else:
+            raise BadInputError(f"torch frontend cannot use a {type(source).__name__}")
+
+        if program is not None:
+            module = program.module()
+            names = list(program.graph_signature.user_inputs)
+            description = f"ExportedProgram ({len(program.graph.nodes)} FX nodes)"
+            if kind_label == "torch.export .pt2":
+                description = f"torch.export archive {Path(source).name}"
+            if sample_inputs is None and program.example_inputs is not None:
+                args, kwargs = program.example_inputs
+                sample_inputs = (tuple(args), dict(kwargs))
+            if dynamic:
+                raise BadInputError("an ExportedProgram carries its own dynamic shapes; re-export it with "
+                                    "torch.export(dynamic_shapes=...) to change them")
+            args, kwargs = sample_inputs if sample_inputs is not None else ((), {})
+        else:
+            names = _param_names(module)
+            args, kwargs = _split_sample(sample_inputs)
+        args, kwargs = _apply_shapes(module, names, args, kwargs, input_shapes, seed,
+                                     needs_sample=sample_inputs is None, source=description)
+        if input_names:
+            tensor_count = sum(isinstance(a, torch.Tensor) for a in args) + sum(
+                isinstance(v, torch.Tensor) for v in kwargs.values())
+            if len(input_names) != tensor_count:
+                raise BadInputError(f"{len(input_names)} input names given for {tensor_count} tensor inputs")
+            names = list(input_names)
+        model = cls(module, kind=kind_label, description=description, args=tuple(args), kwargs=dict(kwargs),
+                    names=names, dynamic=dynamic, program=program)
+        try:
+            model._reference0 = model._forward(model.args, model.kwargs)
+        except Exception as exc:
+            raise BadInputError(f"the model fails on inputs {model.sample.shapes()}: {_one_line(exc)}") from None
+        return model
+
+    # running ---------------------------------------------------------------------------------
+    def _value(self, slot: int | str) -> Any:
+        return self.args[slot] if isinstance(slot, int) else self.kwargs[slot]
+
+    def _forward(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
+        with eval_mode(self.module):
+            out = self.module(*args, **kwargs)
+        leaves = torch.utils._pytree.tree_leaves(out)
+        return [to_numpy(x) for x in leaves if isinstance(x, (torch.Tensor, int, float, bool))]
+
+    def _with_feeds(self, feeds: Mapping[str, np.ndarray]) -> tuple[tuple, dict]:
+        args, kwargs = list(self.args), dict(self.kwargs)
+        for slot, name in self.slots:
+            if name not in feeds:
+                raise BadInputError(f"no value for input '{name}'; given {list(feeds)}")
+            if isinstance(slot, int):
+                args[slot] = to_torch(feeds[name])
+            else:
+                kwargs[slot] = to_torch(feeds[name])
+        return tuple(args), kwargs
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        if self._reference0 is not None and feeds is self.sample.feeds:
+            return self._reference0
+        return self._forward(*self._with_feeds(feeds))
+
+    # export ----------------------------------------------------------------------------------
+    def exporter_order(self, exporter: str, opset: int | None) -> list[str]:
+        if exporter not in EXPORTERS:
+            raise BadInputError(f"unknown exporter '{exporter}'; known: {', '.join(EXPORTERS)}")
+        scripted = isinstance(self.module, (torch.jit.ScriptModule, torch.jit.ScriptFunction))
+        if self.program is not None and exporter == "torchscript":
+            raise BadInputError("an ExportedProgram can only be exported with the dynamo exporter")
+        if scripted and exporter == "dynamo":
+            raise BadInputError("a TorchScript module can only be exported with the torchscript exporter")
+        if exporter != "auto":
+            return [exporter]
+        if self.program is not None:
+            return ["dynamo"]
+        if scripted:
+            return ["torchscript"]
+        # Below 18 the TorchScript exporter emits the opset natively; dynamo emits 18 and converts down.
+        return ["torchscript", "dynamo"] if opset is not None and opset < 18 else ["dynamo", "torchscript"]
+
+    def _dynamic_axes(self, output_names: Sequence[str]) -> dict[str, dict[int, str]]:
+        axes: dict[str, dict[int, str]] = {}
+        for d in self.dynamic:
+            if d.name in self.sample.feeds:
+                axes.setdefault(d.name, {})[d.axis % self.sample.feeds[d.name].ndim] = d.dim_label
+            elif d.name in output_names:
+                axes.setdefault(d.name, {})[d.axis] = d.dim_label
+        return axes
+
+    def _export_args(self, notes: list[str]) -> tuple[tuple, dict]:
+        """Sample args for dynamo: a dynamic axis of size 1 is grown to 2, or torch.export specialises it."""
+        feeds = dict(self.sample.feeds)
+        for d in self.dynamic:
+            arr = feeds.get(d.name)
+            if arr is not None and arr.ndim and arr.shape[d.axis] == 1:
+                feeds[d.name] = np.repeat(arr, 2, axis=d.axis)
+                notes.append(f"dynamic axis {d.name}:{d.axis} has size 1 in the sample; exported with size 2 "
+                             "so torch.export does not bake it in")
+        return self._with_feeds(feeds)
+
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
+               exporter: str = "auto") -> Exported:
+        import onnx
+
+        outputs = list(output_names) if output_names else (
+            ["output"] if len(self._reference0 or []) == 1 else [f"output_{i}" for i in range(len(self._reference0 or []))])
+        input_names = [n for _, n in self.slots]
+        notes: list[str] = []
+        caught: list[str] = []
+        failures: list[str] = []
+        for name in self.exporter_order(exporter, opset):
+            path = workdir / f"{name}.onnx"
+            try:
+                with quiet_export(caught), eval_mode(self.module, grad=True):
+                    self._export_with(name, path, opset, input_names, outputs, notes)
+            except Exception as exc:
+                failures.append(f"{name} exporter: {_one_line(exc)}")
+                continue
+            if failures:
+                notes.append(f"fell back to the {name} exporter after: {failures[0]}")
+            model = onnx.load(str(path), load_external_data=False)
+            return Exported(model, workdir, f"torch.onnx.export ({name})", notes, caught)
+        raise ExportError("torch export failed: " + "; ".join(failures))
+
+    def _export_with(self, exporter: str, path: Path, opset: int | None, input_names: list[str],
+                     output_names: list[str], notes: list[str]) -> None:
+        common = dict(input_names=input_names, output_names=output_names, opset_version=opset)
+        if exporter == "dynamo":
+            target = self.program if self.program is not None else self.module
+            args, kwargs = self._export_args(notes) if self.dynamic else (self.args, self.kwargs)
+            dyn = {k: v for k, v in self._dynamic_axes(output_names).items() if k in input_names}
+            torch.onnx.export(target, args, str(path), kwargs=kwargs or None, dynamo=True, external_data=True,
+                              verbose=False, dynamic_axes=dyn or None, **common)
+        else:
+            args = self.args + ((self.kwargs,) if self.kwargs else ())
+            from onnxbridge.frontends.pytorch.symbolics import extra_symbolics
+
+            with native_output_silenced(), extra_symbolics(opset):
+                torch.onnx.export(self.module, args, str(path), dynamo=False, do_constant_folding=True,
+                                  dynamic_axes=self._dynamic_axes(output_names) or None, **common)
+
+
+def _call(fn, what: str):
+    try:
+        return fn()
+    except Exception as exc:
+        raise BadInputError(f"{what}: {_one_line(exc)}") from None
+
+
+def _split_sample(sample: Any) -> tuple[tuple, dict]:
+    if sample is None:
+        return (), {}
+    if isinstance(sample, (torch.Tensor, np.ndarray)):
+        sample = (sample,)
+    if isinstance(sample, Mapping):
+        return (), {k: to_torch(v) if isinstance(v, np.ndarray) else v for k, v in sample.items()}
+    if isinstance(sample, (tuple, list)):
+        return tuple(to_torch(v) if isinstance(v, np.ndarray) else v for v in sample), {}
+    raise BadInputError(f"sample inputs must be a tensor, a tuple of tensors or a dict, not {type(sample).__name__}")
+
+
+def _apply_shapes(module: Any, names: list[str], args: tuple, kwargs: dict, shapes: Sequence[TensorSpec],
+                  seed: int, *, needs_sample: bool, source: str) -> tuple[tuple, dict]:
+    """Replace or create inputs from --input-shape specs (seeded random values)."""
+    rng = np.random.default_rng(seed)
+    args, kwargs = list(args), dict(kwargs)
+    by_name = {s.name: s for s in shapes}
+    if needs_sample and not shapes:
+        required = _required_names(module) or names
+        raise BadInputError(f"{source} has no sample inputs: pass them (Python API) or --input-shape for "
+                            f"{', '.join(required) or 'its inputs'} (e.g. --input-shape {required[0] if required else 'x'}:1,3,224,224)")
+    known = names or [f"input_{i}" for i in range(len(args))]
+    unknown = [n for n in by_name if n not in known and n not in kwargs]
+    if unknown:
+        raise BadInputError(f"--input-shape names unknown input {', '.join(map(repr, unknown))}; "
+                            f"the model takes {', '.join(map(repr, known)) or 'no named inputs'}")
+    if needs_sample:
+        required = _required_names(module) or names
+        missing = [n for n in required if n not in by_name]
+        if missing:
+            raise BadInputError(f"--input-shape missing for input {', '.join(map(repr, missing))}")
+        order = [n for n in known if n in by_name]
+        args = [None] * len(order)
+        for i, n in enumerate(order):
+            spec = by_name[n]
+            args[i] = to_torch(random_array(spec.shape, spec.dtype or "float32", rng))
+        return tuple(args), kwargs
+    for n, spec in by_name.items():
+        if n in kwargs:
+            old = kwargs[n]
+            kwargs[n] = to_torch(random_array(spec.shape, spec.dtype or _TORCH_DTYPES.get(old.dtype, "float32"), rng))
+        else:
+            i = known.index(n)
+            if len(args) <= i:
+                raise BadInputError(f"--input-shape {n}: the sample inputs do not include '{n}'")
+            old = args[i]
+            dtype = spec.dtype or (_TORCH_DTYPES.get(old.dtype, "float32") if isinstance(old, torch.Tensor) else "float32")
+            args[i] = to_torch(random_array(spec.shape, dtype, rng))
+    return tuple(args), kwargs

@@ -1,0 +1,40 @@
+"""onnxbridge: move trained models between frameworks and runtimes through ONNX, validated hop by hop.
+
+    import onnxbridge
+    result = onnxbridge.convert(model, (x,), output="model.onnx", opset=17)
+    result.report["status"]          # "passed" / "failed"
+    onnxbridge.validate(model_or_factory, "model.onnx", inputs="inputs.npz")
+
+Nothing heavy is imported until it is used.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from onnxbridge._version import __version__
+
+if TYPE_CHECKING:
+    from onnxbridge.adapters import adapt
+    from onnxbridge.inspection import summarize as inspect_model
+    from onnxbridge.spine import ConversionResult, convert, validate
+
+__all__ = ["__version__", "convert", "validate", "adapt", "inspect_model", "ConversionResult"]
+
+_LAZY = {
+    "convert": ("onnxbridge.spine", "convert"),
+    "validate": ("onnxbridge.spine", "validate"),
+    "ConversionResult": ("onnxbridge.spine", "ConversionResult"),
+    "adapt": ("onnxbridge.adapters", "adapt"),
+    "inspect_model": ("onnxbridge.inspection", "summarize"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'onnxbridge' has no attribute {name!r}")

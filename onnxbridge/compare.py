@@ -1,0 +1,75 @@
+"""Compare one output against its reference: the metrics a person and a CI need."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# (atol, rtol) per precision; a pass needs |got - ref| <= atol + rtol * |ref| everywhere.
+TOLERANCES = {"fp32": (1e-4, 1e-3), "fp16": (1e-2, 1e-2), "int8": (5e-2, 5e-2)}
+
+
+def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -> dict:
+    """Metrics for one output pair; ``passed`` uses numpy.allclose semantics with NaNs compared too."""
+    import numpy as np
+
+    ref, got = np.asarray(ref), np.asarray(got)
+    res: dict = {"shape": list(got.shape), "reference_shape": list(ref.shape), "dtype": str(got.dtype)}
+    if ref.shape != got.shape:
+        return {**res, "passed": False, "error": f"shape {list(got.shape)} != reference {list(ref.shape)}"}
+    exact = not (np.issubdtype(ref.dtype, np.floating) or np.issubdtype(got.dtype, np.floating)
+                 or np.issubdtype(ref.dtype, np.complexfloating))
+    if exact:
+        equal = ref == got
+        frac = float(1.0 - equal.mean()) if equal.size else 0.0
+        return {**res, "kind": "exact", "mismatch_fraction": frac,
+                "passed": bool(equal.all())}
+    r, g = ref.astype(np.float64), got.astype(np.float64)
+    nan_r, nan_g = np.isnan(r), np.isnan(g)
+    inf_mismatch = np.isinf(r) != np.isinf(g)
+    nan_mismatch = int((nan_r != nan_g).sum())
+    both = ~(nan_r | nan_g | np.isinf(r) | np.isinf(g))
+    diff = np.abs(r - g)[both]
+    mag = np.abs(r)[both]
+    bad = (diff > atol + rtol * mag)
+    n = max(int(r.size), 1)
+    out_of_tol = int(bad.sum()) + nan_mismatch + int(inf_mismatch.sum())
+    rf, gf = r[both].ravel(), g[both].ravel()
+    denom = float(np.linalg.norm(rf) * np.linalg.norm(gf))
+    cosine = float(rf @ gf / denom) if denom > 0 else (1.0 if np.array_equal(rf, gf) else 0.0)
+    metrics = {
+        "kind": "numeric",
+        "max_abs": float(diff.max()) if diff.size else 0.0,
+        "mean_abs": float(diff.mean()) if diff.size else 0.0,
+        "max_rel": float((diff / np.maximum(mag, 1e-12)).max()) if diff.size else 0.0,
+        "cosine": cosine,
+        "mismatch_fraction": out_of_tol / n,
+        "nan_mismatch": nan_mismatch,
+        "nonfinite_reference": int((~np.isfinite(r)).sum()),
+        "nonfinite_output": int((~np.isfinite(g)).sum()),
+        # the smallest atol that would pass at this rtol (Polygraphy's "minimum required tolerance")
+        "required_atol": float(np.maximum(diff - rtol * mag, 0).max()) if diff.size else 0.0,
+    }
+    return {**res, **metrics, "passed": out_of_tol == 0}
+
+
+def merge(worst: dict | None, new: dict) -> dict:
+    """Keep the worst value of each metric across samples."""
+    if worst is None:
+        return dict(new)
+    out = dict(worst)
+    for key in ("max_abs", "max_rel", "mismatch_fraction", "required_atol", "nan_mismatch",
+                "nonfinite_reference", "nonfinite_output"):
+        if key in new:
+            out[key] = max(out.get(key, 0), new[key])
+    for key in ("mean_abs",):
+        if key in new:
+            out[key] = max(out.get(key, 0.0), new[key])
+    if "cosine" in new:
+        out["cosine"] = min(out.get("cosine", 1.0), new["cosine"])
+    if "error" in new:
+        out.setdefault("error", new["error"])
+    out["passed"] = bool(worst.get("passed", True) and new["passed"])
+    out["shape"] = new["shape"]
+    return out

@@ -1,0 +1,51 @@
+"""One exception hierarchy; the CLI maps each class to an exit code and one line."""
+from __future__ import annotations
+
+
+class OnnxBridgeError(Exception):
+    """Base class. ``exit_code`` is what the CLI exits with; ``hint`` says what to do next."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = " ".join(str(self).split())
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class BadInputError(OnnxBridgeError):
+    """The source, a file or an option cannot be used as given."""
+
+
+class UnsafeInputError(BadInputError):
+    """Loading the source would unpickle untrusted data."""
+
+
+class ExportError(OnnxBridgeError):
+    """The source framework failed to export the model."""
+
+
+class UnsupportedError(OnnxBridgeError):
+    """The model cannot be expressed at the requested opset or target."""
+
+
+class UnavailableError(OnnxBridgeError):
+    """A frontend, backend or toolchain is not installed."""
+
+    exit_code = 3
+
+
+class ValidationFailed(OnnxBridgeError):
+    """Converted outputs differ from the reference beyond tolerance."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, report: dict | None = None, **kw):
+        super().__init__(message, **kw)
+        self.report = report
+
+
+EXIT_INTERNAL = 4

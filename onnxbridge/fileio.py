@@ -1,0 +1,210 @@
+"""Reading and atomically writing models and reports, external data included."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from onnxbridge.errors import BadInputError
+
+if TYPE_CHECKING:
+    import onnx
+
+PROTOBUF_LIMIT = 2**31 - 1
+# Tensors are moved to a side file once their total exceeds this (below protobuf's 2 GiB cap).
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+_ALIGN = 4096  # keep each external tensor page-aligned so runtimes can mmap it
+_MIN_EXTERNAL_TENSOR = 1024
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json(path: str | Path, obj) -> Path:
+    return atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n").encode())
+
+
+@contextlib.contextmanager
+def workdir(prefix: str = "onnxbridge-") -> Iterator[Path]:
+    """A scratch directory removed afterwards (exports land here before the final write)."""
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def load_onnx(path: str | Path, *, load_external_data: bool = False) -> "onnx.ModelProto":
+    """Load an ONNX file; bad files become BadInputError. External tensors stay on disk by default."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    p = Path(path)
+    if not p.exists():
+        raise BadInputError(f"'{p}' does not exist")
+    if p.is_dir():
+        raise BadInputError(f"'{p}' is a directory, not an ONNX file")
+    try:
+        model = onnx.load(str(p), load_external_data=load_external_data)
+    except (DecodeError, RuntimeWarning, ValueError, onnx.checker.ValidationError) as exc:
+        raise BadInputError(f"'{p}' is not a readable ONNX model ({type(exc).__name__}: {exc})") from None
+    except FileNotFoundError as exc:
+        raise BadInputError(f"'{p}' refers to external data that is missing: {exc.filename}") from None
+    if not model.graph.node and not model.graph.output:
+        raise BadInputError(f"'{p}' is not an ONNX model (no graph found; truncated or another format?)")
+    return model
+
+
+def iter_tensors(model: "onnx.ModelProto") -> Iterator["onnx.TensorProto"]:
+    """Every TensorProto of the model: initializers, Constant/attribute tensors, subgraphs and functions."""
+    from onnx import AttributeProto
+
+    def graph_tensors(graph):
+        yield from graph.initializer
+        yield from nodes_tensors(graph.node)
+
+    def nodes_tensors(nodes):
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.type == AttributeProto.TENSOR:
+                    yield attr.t
+                elif attr.type == AttributeProto.TENSORS:
+                    yield from attr.tensors
+                elif attr.type == AttributeProto.GRAPH:
+                    yield from graph_tensors(attr.g)
+                elif attr.type == AttributeProto.GRAPHS:
+                    for g in attr.graphs:
+                        yield from graph_tensors(g)
+
+    yield from graph_tensors(model.graph)
+    for fn in model.functions:
+        yield from nodes_tensors(fn.node)
+
+
+def external_files(model: "onnx.ModelProto") -> list[str]:
+    from onnx import TensorProto
+
+    files: list[str] = []
+    for t in iter_tensors(model):
+        if t.data_location == TensorProto.EXTERNAL:
+            loc = next((e.value for e in t.external_data if e.key == "location"), None)
+            if loc and loc not in files:
+                files.append(loc)
+    return files
+
+
+def tensor_nbytes(t: "onnx.TensorProto") -> int:
+    """Byte size of a tensor's data from its dims and dtype, without reading the data."""
+    import math
+
+    import onnx
+    from onnx import TensorProto
+
+    if t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+        return 0
+    n = math.prod(t.dims)
+    np_dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+    bits = {TensorProto.INT4: 4, TensorProto.UINT4: 4}.get(t.data_type, np_dtype.itemsize * 8)
+    return (n * bits + 7) // 8
+
+
+def _tensor_bytes(t: "onnx.TensorProto", base_dir: Path | None) -> bytes:
+    """Raw little-endian bytes of a tensor, read from its external file when it has one."""
+    from onnx import TensorProto, numpy_helper
+
+    if t.data_location == TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in t.external_data}
+        src = (base_dir or Path(".")) / info["location"]
+        with open(src, "rb") as f:
+            f.seek(int(info.get("offset", 0)))
+            length = int(info["length"]) if "length" in info else -1
+            return f.read(length)
+    if t.HasField("raw_data"):
+        return t.raw_data
+    return numpy_helper.to_array(t).tobytes()
+
+
+def save_onnx(model: "onnx.ModelProto", path: str | Path, *, base_dir: str | Path | None = None,
+              external_data: bool | None = None, threshold: int = EXTERNAL_DATA_THRESHOLD,
+              check: Callable[[Path], None] | None = None) -> Path:
+    """Write ``model`` to ``path`` atomically; weights go to ``<path>.data`` when large or asked.
+
+    ``base_dir`` is where the model's current external tensors live. Tensors are streamed one at a
+    time, so a model over 2 GB is never serialised whole. Everything is staged in a hidden folder
+    beside ``path``; ``check`` runs on the staged file and only then are the files renamed into
+    place. ``model`` is not modified.
+    """
+    import onnx
+    from onnx import TensorProto
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    base = Path(base_dir) if base_dir else None
+    total = sum(tensor_nbytes(t) for t in iter_tensors(model))
+    externalize = external_data if external_data is not None else total > threshold
+    data_name = f"{path.name}.data"
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        written = False
+        with open(staging / data_name, "wb") as data:
+            for t in iter_tensors(out):
+                is_ext = t.data_location == TensorProto.EXTERNAL
+                big = tensor_nbytes(t) >= _MIN_EXTERNAL_TENSOR and t.data_type != TensorProto.STRING
+                if not is_ext and not (externalize and big):
+                    continue
+                raw = _tensor_bytes(t, base)
+                for fld in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "raw_data"):
+                    t.ClearField(fld)
+                del t.external_data[:]
+                if externalize:
+                    data.write(b"\0" * (-data.tell() % _ALIGN))
+                    offset = data.tell()
+                    data.write(raw)
+                    for k, v in (("location", data_name), ("offset", str(offset)), ("length", str(len(raw)))):
+                        e = t.external_data.add()
+                        e.key, e.value = k, v
+                    t.data_location = TensorProto.EXTERNAL
+                    written = True
+                else:  # small model whose exporter used external data: bring it back inline
+                    t.data_location = TensorProto.DEFAULT
+                    t.raw_data = raw
+        staged = staging / path.name
+        staged.write_bytes(out.SerializeToString())
+        del out
+        if check is not None:
+            check(staged)
+        side = path.parent / data_name
+        stale = not written and side.exists() and _uses_file(path, data_name)
+        if written:
+            os.replace(staging / data_name, side)
+        os.replace(staged, path)
+        if stale:  # the model we replaced used it; the new one does not
+            side.unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def _uses_file(model_path: Path, name: str) -> bool:
+    try:
+        return name in external_files(load_onnx(model_path))
+    except Exception:
+        return False

@@ -1,0 +1,95 @@
+"""What an ONNX file holds, read without loading its weights."""
+from __future__ import annotations
+
+import collections
+import math
+from pathlib import Path
+
+from onnxbridge.fileio import external_files, iter_tensors, load_onnx, tensor_nbytes
+
+
+def _dims(vi) -> list:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
+
+
+def _dtype(vi) -> str:
+    import onnx
+
+    t = vi.type
+    if t.HasField("tensor_type"):
+        return onnx.helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type).name \
+            if t.tensor_type.elem_type != onnx.TensorProto.STRING else "str"
+    return t.WhichOneof("value")
+
+
+def _count_nodes(graph, hist: collections.Counter) -> int:
+    n = 0
+    for node in graph.node:
+        hist[f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type] += 1
+        n += 1
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                n += _count_nodes(g, hist)
+    return n
+
+
+def summarize(path: str | Path) -> dict:
+    """Opsets, IR, I/O, op histogram, parameters and external data of an ONNX file."""
+    path = Path(path)
+    model = load_onnx(path)
+    g = model.graph
+    init_names = {t.name for t in g.initializer}
+    hist: collections.Counter = collections.Counter()
+    nodes = _count_nodes(g, hist)
+    params = sum(math.prod(t.dims) for t in g.initializer)
+    param_bytes = sum(tensor_nbytes(t) for t in g.initializer)
+    ext = []
+    for loc in external_files(model):
+        f = path.parent / loc
+        ext.append({"location": loc, "bytes": f.stat().st_size if f.exists() else None, "exists": f.exists()})
+    return {
+        "path": str(path),
+        "file_bytes": path.stat().st_size,
+        "ir_version": model.ir_version,
+        "opsets": {(imp.domain or "ai.onnx"): imp.version for imp in model.opset_import},
+        "producer": f"{model.producer_name} {model.producer_version}".strip(),
+        "graph_name": g.name,
+        "inputs": [{"name": i.name, "dtype": _dtype(i), "shape": _dims(i)} for i in g.input if i.name not in init_names],
+        "outputs": [{"name": o.name, "dtype": _dtype(o), "shape": _dims(o)} for o in g.output],
+        "nodes": nodes,
+        "ops": dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "functions": [f"{f.domain}::{f.name}" for f in model.functions],
+        "parameters": params,
+        "parameter_bytes": param_bytes,
+        "tensor_bytes": sum(tensor_nbytes(t) for t in iter_tensors(model)),
+        "external_data": ext,
+        "metadata": {p.key: p.value for p in model.metadata_props},
+    }
+
+
+def render(info: dict, console) -> None:
+    from rich.table import Table
+
+    def shape(s):
+        return "?" if s is None else "[" + ", ".join("?" if d is None else str(d) for d in s) + "]"
+
+    opsets = ", ".join(f"{k} {v}" for k, v in info["opsets"].items())
+    console.print(f"[bold]{info['path']}[/]  IR {info['ir_version']}, opset {opsets}, producer {info['producer']}")
+    console.print(f"{info['nodes']} nodes, {info['parameters']:,} parameters ({info['parameter_bytes']:,} bytes)")
+    io = Table("", "name", "dtype", "shape", title="inputs / outputs", title_justify="left")
+    for kind in ("inputs", "outputs"):
+        for v in info[kind]:
+            io.add_row(kind[:-1], v["name"], str(v["dtype"]), shape(v["shape"]))
+    console.print(io)
+    ops = Table("op", "count", title="ops", title_justify="left")
+    for op, n in info["ops"].items():
+        ops.add_row(op, str(n))
+    console.print(ops)
+    for e in info["external_data"]:
+        state = f"{e['bytes']:,} bytes" if e["exists"] else "[red]missing[/]"
+        console.print(f"external data: {e['location']} ({state})")
+    for k, v in info["metadata"].items():
+        console.print(f"[dim]{k}: {v}[/]")

@@ -1,0 +1,81 @@
+"""Name -> module-path registries with lazy imports and import-error placeholders."""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from types import ModuleType
+
+from onnxbridge.errors import BadInputError, UnavailableError
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A registered plugin: its module and the distributions it needs (``requires``)."""
+
+    name: str
+    module: str
+    requires: tuple[str, ...] = ()
+    extra: str | None = None
+    description: str = ""
+
+
+def dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+class Registry:
+    """Plugins by name. Nothing is imported until a plugin is asked for."""
+
+    def __init__(self, kind: str, plugins: list[Plugin]):
+        self.kind = kind
+        self._plugins = {p.name: p for p in plugins}
+        self._loaded: dict[str, ModuleType] = {}
+
+    def names(self) -> list[str]:
+        return list(self._plugins)
+
+    def plugin(self, name: str) -> Plugin:
+        try:
+            return self._plugins[name]
+        except KeyError:
+            known = ", ".join(self._plugins)
+            raise BadInputError(f"unknown {self.kind} '{name}'; known: {known}") from None
+
+    def missing(self, name: str) -> list[str]:
+        """Distributions the plugin needs that are not installed (metadata only, no import)."""
+        return [d for d in self.plugin(name).requires if dist_version(d) is None]
+
+    def load(self, name: str) -> ModuleType:
+        """Import the plugin module; raise UnavailableError with the install hint if it can't work."""
+        if name in self._loaded:
+            return self._loaded[name]
+        plugin = self.plugin(name)
+        missing = self.missing(name)
+        if missing:
+            hint = f"pip install 'onnxbridge[{plugin.extra}]'" if plugin.extra else None
+            raise UnavailableError(f"{self.kind} '{name}' needs {', '.join(missing)}, not installed", hint=hint)
+        try:
+            module = importlib.import_module(plugin.module)
+        except Exception as exc:  # a broken optional dependency must not break the CLI
+            raise UnavailableError(f"{self.kind} '{name}' failed to import: {type(exc).__name__}: {exc}") from exc
+        self._loaded[name] = module
+        return module
+
+    def status(self, name: str) -> dict:
+        """Availability of one plugin, without importing heavy frameworks."""
+        plugin = self.plugin(name)
+        missing = self.missing(name)
+        versions = {d: dist_version(d) for d in plugin.requires}
+        ok = not missing and importlib.util.find_spec(plugin.module) is not None
+        reason = None
+        if missing:
+            reason = f"missing {', '.join(missing)}" + (f" (pip install 'onnxbridge[{plugin.extra}]')" if plugin.extra else "")
+        elif not ok:
+            reason = f"module {plugin.module} not found"
+        return {"name": name, "kind": self.kind, "available": ok, "reason": reason,
+                "versions": versions, "description": plugin.description}

@@ -1,0 +1,94 @@
+"""The report: one plain dict per run, versioned, written as JSON and rendered for the terminal."""
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from onnxbridge._version import __version__
+from onnxbridge.registry import dist_version
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
+
+
+def environment(frameworks: Iterable[str] = ()) -> dict:
+    """Versions that decide the numbers: Python, platform, onnx stack and the source framework."""
+    dists = ["onnx", "onnxruntime", "onnx-ir", "numpy", *frameworks]
+    return {
+        "python": platform.python_version(),
+        "platform": f"{platform.system()}-{platform.machine()}",
+        "onnxbridge": __version__,
+        "packages": {d: dist_version(d) for d in dict.fromkeys(dists)},
+    }
+
+
+def new_report(command: str, *, source: dict, frameworks: Iterable[str] = ()) -> dict:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "onnxbridge", "version": __version__, "command": command},
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "status": "running",
+        "source": source,
+        "artifact": None,
+        "inputs": None,
+        "hops": [],
+        "timings": {},
+        "environment": environment(frameworks),
+        "notes": [],
+        "warnings": [],
+    }
+
+
+def finish(report: dict, *, validated: bool) -> dict:
+    """Set ``status``: failed if any hop failed, passed if all passed, skipped if nothing was compared."""
+    hops = report["hops"]
+    if any(h["status"] == "failed" for h in hops):
+        report["status"] = "failed"
+    elif validated and hops and all(h["status"] == "passed" for h in hops):
+        report["status"] = "passed"
+    else:
+        report["status"] = "skipped"
+    return report
+
+
+def failure_summary(report: dict) -> str:
+    """One line naming the failing hop and outputs."""
+    parts = []
+    for h in report["hops"]:
+        if h["status"] != "failed":
+            continue
+        bad = [o for o in h["outputs"] if not o["passed"]]
+        detail = ", ".join(f"{o['name']} (max abs {o['max_abs']:.3g}, needs atol {o['required_atol']:.3g})"
+                           if "max_abs" in o else f"{o['name']} ({o.get('error') or 'values differ'})" for o in bad)
+        parts.append(f"{h['from']} -> {h['to']}: " + (detail or "; ".join(h["errors"])[:300]))
+    return "validation failed: " + "; ".join(parts)
+
+
+def render(report: dict, console) -> None:
+    """A terminal summary of the hops (rich)."""
+    from rich.table import Table
+
+    for hop in report["hops"]:
+        tol = hop["tolerance"]
+        table = Table(title=f"{hop['from']} -> {hop['to']}: {hop['status']} "
+                            f"({hop['samples']} sample(s), atol {tol['atol']:g}, rtol {tol['rtol']:g})",
+                      title_justify="left")
+        for col in ("output", "shape", "max abs", "max rel", "cosine", "out of tol", "needs atol", ""):
+            table.add_column(col, justify="right" if col not in ("output", "") else "left")
+        for o in hop["outputs"]:
+            mark = "[green]ok[/]" if o["passed"] else "[red]FAIL[/]"
+            if o.get("kind") == "numeric":
+                table.add_row(o["name"], "x".join(map(str, o["shape"])), f"{o['max_abs']:.2e}",
+                              f"{o['max_rel']:.2e}", f"{o['cosine']:.6f}", f"{o['mismatch_fraction']:.2%}",
+                              f"{o['required_atol']:.2e}", mark)
+            else:
+                table.add_row(o["name"], "x".join(map(str, o["shape"])), "-", "-", "-",
+                              f"{o.get('mismatch_fraction', 1):.2%}", "-", mark if "error" not in o else o["error"])
+        console.print(table)
+        for line in hop["errors"]:
+            console.print(f"[red]error:[/] {line}")
+        for line in hop["notes"]:
+            console.print(f"[dim]note: {line}[/]")

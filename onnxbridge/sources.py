@@ -1,0 +1,77 @@
+"""Resolve what the user named as a source: a path, a live object, or a ``module:factory``."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from onnxbridge.errors import BadInputError
+
+_FACTORY = re.compile(r"^(?P<mod>[^:]+\.py|[A-Za-z_][\w.]*):(?P<fn>[A-Za-z_]\w*)$")
+
+
+def is_factory(source: Any) -> bool:
+    return isinstance(source, str) and not Path(source).exists() and bool(_FACTORY.match(source))
+
+
+def call_factory(spec: str) -> tuple[Any, Any]:
+    """Import ``file.py:fn`` or ``pkg.mod:fn`` and call it; returns (model, sample_inputs or None)."""
+    m = _FACTORY.match(spec)
+    assert m
+    mod_name, fn_name = m["mod"], m["fn"]
+    try:
+        if mod_name.endswith(".py"):
+            path = Path(mod_name)
+            if not path.exists():
+                raise BadInputError(f"factory file '{path}' does not exist")
+            name = f"onnxbridge_user_{abs(hash(path.resolve()))}"
+            spec_ = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec_)
+            sys.modules[name] = module
+            spec_.loader.exec_module(module)
+        else:
+            module = importlib.import_module(mod_name)
+    except BadInputError:
+        raise
+    except Exception as exc:
+        raise BadInputError(f"cannot import '{mod_name}': {type(exc).__name__}: {_first_line(exc)}") from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise BadInputError(f"'{mod_name}' has no callable '{fn_name}'")
+    try:
+        result = fn()
+    except Exception as exc:
+        raise BadInputError(f"factory '{spec}' raised {type(exc).__name__}: {_first_line(exc)}") from None
+    if isinstance(result, tuple) and len(result) == 2:
+        return result[0], result[1]
+    return result, None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def pick_frontend(source: Any, from_: str | None) -> str:
+    """The frontend name for ``source``: ``from_`` if given, else the first that accepts it."""
+    from onnxbridge.frontends import FRONTENDS
+
+    if from_:
+        FRONTENDS.plugin(from_)
+        return from_
+    if isinstance(source, (str, Path)) and not Path(source).exists():
+        raise BadInputError(f"'{source}' does not exist (and is not a module:function factory)")
+    for name in FRONTENDS.names():
+        plugin = FRONTENDS.plugin(name)
+        try:
+            module = importlib.import_module(plugin.module)
+        except Exception:
+            continue
+        if module.accepts(source):
+            return name
+    what = f"'{source}'" if isinstance(source, (str, Path)) else f"a {type(source).__name__}"
+    raise BadInputError(f"no frontend recognises {what}; known: {', '.join(FRONTENDS.names())} "
+                        "(pass --from to choose one)")

@@ -1,0 +1,171 @@
+"""Input specifications: names, shapes, dtypes; parsing of --input-shape / --dynamic; sample inputs."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from onnxbridge.errors import BadInputError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+Dim = int | str | None  # int: fixed; str: symbolic label; None: unknown
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[Dim, ...]
+    dtype: str | None = "float32"
+
+    def concrete(self, fill: int = 1) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) and d >= 0 else fill for d in self.shape)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class DynamicAxis:
+    name: str
+    axis: int
+    label: str | None = None
+
+    @property
+    def dim_label(self) -> str:
+        return self.label or f"{self.name}_dim{self.axis}"
+
+
+_SHAPE = re.compile(r"^(?P<name>[^:]+):(?P<dims>[0-9, ]*)(?::(?P<dtype>\w+))?$")
+_DYN = re.compile(r"^(?P<name>[^:]+):(?P<axis>-?\d+)(?::(?P<label>[A-Za-z_][\w]*))?$")
+DTYPES = ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool")
+
+
+def parse_input_shape(text: str) -> TensorSpec:
+    """``NAME:D1,D2,...[:DTYPE]`` -> TensorSpec (all dims fixed, positive)."""
+    m = _SHAPE.match(text.strip())
+    if not m:
+        raise BadInputError(f"--input-shape '{text}' is not NAME:D1,D2,...[:DTYPE] (e.g. x:1,3,224,224)")
+    dims_text = m["dims"].replace(" ", "")
+    try:
+        dims = tuple(int(d) for d in dims_text.split(",")) if dims_text else ()
+    except ValueError:
+        raise BadInputError(f"--input-shape '{text}': dimensions must be integers") from None
+    if any(d <= 0 for d in dims):
+        raise BadInputError(f"--input-shape '{text}': dimensions must be positive")
+    dtype = m["dtype"]  # None: keep the sample's dtype (float32 when there is none)
+    if dtype is not None and dtype not in DTYPES:
+        raise BadInputError(f"--input-shape '{text}': unknown dtype '{dtype}'; known: {', '.join(DTYPES)}")
+    return TensorSpec(m["name"], dims, dtype)
+
+
+def parse_dynamic(text: str) -> DynamicAxis:
+    """``NAME:AXIS[:LABEL]`` -> DynamicAxis."""
+    m = _DYN.match(text.strip())
+    if not m:
+        raise BadInputError(f"--dynamic '{text}' is not NAME:AXIS[:LABEL] (e.g. x:0:batch)")
+    return DynamicAxis(m["name"], int(m["axis"]), m["label"])
+
+
+def normalize_dynamic(dynamic) -> list[DynamicAxis]:
+    """Accept DynamicAxis items, 'x:0:batch' strings, or {'x': {0: 'batch'}} / {'x': [0]} mappings."""
+    if not dynamic:
+        return []
+    if isinstance(dynamic, Mapping):
+        out = []
+        for name, axes in dynamic.items():
+            items = axes.items() if isinstance(axes, Mapping) else ((a, None) for a in axes)
+            out += [DynamicAxis(name, int(a), label) for a, label in items]
+        return out
+    return [d if isinstance(d, DynamicAxis) else parse_dynamic(str(d)) for d in dynamic]
+
+
+def check_names(kind: str, given: Sequence[str], known: Sequence[str]) -> None:
+    unknown = [n for n in given if n not in known]
+    if unknown:
+        raise BadInputError(f"{kind} names unknown input/output {', '.join(map(repr, unknown))}; "
+                            f"the model has {', '.join(map(repr, known)) or 'none'}")
+
+
+@dataclass
+class Sample:
+    """One set of named input arrays, with where it came from."""
+
+    feeds: dict[str, "np.ndarray"]
+    origin: str = "random"
+    notes: list[str] = field(default_factory=list)
+
+    def shapes(self) -> dict[str, list[int]]:
+        return {k: list(v.shape) for k, v in self.feeds.items()}
+
+
+def random_array(shape: Sequence[int], dtype: str, rng) -> "np.ndarray":
+    """Seeded values in a range that suits the dtype: N(0,1) floats, small non-negative ints, fair bools."""
+    import numpy as np
+
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype.startswith(("int", "uint")):
+        return rng.integers(0, 10, size=shape).astype(dtype)
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return rng.standard_normal(shape).astype(ml_dtypes.bfloat16)
+    return rng.standard_normal(shape).astype(np.dtype(dtype))
+
+
+def random_sample(specs: Sequence[TensorSpec], seed: int = 0, fill: int = 1) -> Sample:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds = {s.name: random_array(s.concrete(fill), s.dtype or "float32", rng) for s in specs}
+    return Sample(feeds, origin=f"random(seed={seed})")
+
+
+def load_npz(path: str | Path) -> dict[str, "np.ndarray"]:
+    """Named arrays from a .npz file or a directory of .npy files."""
+    import numpy as np
+
+    p = Path(path)
+    if not p.exists():
+        raise BadInputError(f"inputs file '{p}' does not exist")
+    try:
+        if p.is_dir():
+            arrays = {f.stem: np.load(f, allow_pickle=False) for f in sorted(p.glob("*.npy"))}
+        else:
+            with np.load(p, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+    except Exception as exc:
+        raise BadInputError(f"cannot read inputs '{p}': {exc}") from None
+    if not arrays:
+        raise BadInputError(f"inputs '{p}' holds no arrays")
+    return arrays
+
+
+def vary_dynamic(sample: Sample, dynamic: Sequence[DynamicAxis]) -> Sample | None:
+    """A second sample with every dynamic input axis grown by one (same label, same size), or None.
+
+    Values are taken cyclically from the original sample, so real data stays realistic and
+    integer ids stay in range.
+    """
+    import numpy as np
+
+    sizes: dict[str, int] = {}
+    feeds = dict(sample.feeds)
+    changed = False
+    for d in dynamic:
+        if d.name not in feeds:
+            continue
+        arr = feeds[d.name]
+        axis = d.axis % arr.ndim if arr.ndim else 0
+        if arr.ndim == 0 or arr.shape[axis] == 0:
+            continue
+        new = sizes.setdefault(d.dim_label, arr.shape[axis] + 1)
+        idx = np.arange(new) % arr.shape[axis]
+        feeds[d.name] = np.take(arr, idx, axis=axis)
+        changed = True
+    if not changed:
+        return None
+    return Sample(feeds, origin=f"{sample.origin}, dynamic axes grown by one")

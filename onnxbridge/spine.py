@@ -1,0 +1,237 @@
+"""The whole journey of a model, in order:
+
+    source -> frontends.<framework> -> builder.finalize (opset, IR, metadata) -> fileio.save_onnx
+           -> validation (per hop, against the source framework) -> report
+
+``convert`` and ``validate`` here are the Python API; the CLI is a thin layer over them.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from onnxbridge import report as reports
+from onnxbridge.errors import BadInputError, UnsupportedError, ValidationFailed
+from onnxbridge.fileio import workdir, write_json
+from onnxbridge.progress import Progress
+from onnxbridge.registry import dist_version
+from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, load_npz, normalize_dynamic, parse_input_shape, vary_dynamic
+
+if TYPE_CHECKING:
+    import onnx
+
+    from onnxbridge.frontends.base import SourceModel
+
+
+@dataclass
+class ConversionResult:
+    """What ``convert`` returns: where the model is (or the model itself) and the report."""
+
+    path: Path | None
+    model: "onnx.ModelProto | None"
+    report: dict
+
+    @property
+    def passed(self) -> bool:
+        return self.report["status"] in ("passed", "skipped")
+
+    def raise_for_status(self) -> "ConversionResult":
+        if self.report["status"] == "failed":
+            raise ValidationFailed(reports.failure_summary(self.report), self.report)
+        return self
+
+
+def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = None,
+                input_shapes: Sequence[str | TensorSpec] = (), dynamic: Any = None,
+                input_names: Sequence[str] | None = None, trust: bool = False, seed: int = 0) -> "SourceModel":
+    """Resolve a path, live object or ``module:factory`` and load it with its frontend."""
+    from onnxbridge.frontends import FRONTENDS
+    from onnxbridge.sources import call_factory, is_factory, pick_frontend
+
+    if is_factory(source) and from_ != "onnx":
+        source, factory_sample = call_factory(source)
+        sample_inputs = factory_sample if sample_inputs is None else sample_inputs
+    specs = [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes or ()]
+    frontend = FRONTENDS.load(pick_frontend(source, from_))
+    return frontend.load(source, sample_inputs=sample_inputs, input_shapes=specs,
+                         dynamic=normalize_dynamic(dynamic), input_names=input_names, trust=trust, seed=seed)
+
+
+def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec]) -> list[Sample]:
+    """The validation samples: user inputs (or the source's sample), then the same with every
+    symbolic axis of the ONNX model grown by one, to catch sizes baked in at export."""
+    from onnxbridge.runtime import match_feeds
+
+    names = [s.name for s in src.input_specs]
+    if inputs is not None:
+        arrays = load_npz(inputs) if isinstance(inputs, (str, Path)) else dict(inputs)
+        first = Sample(match_feeds(names, arrays), origin=f"user inputs{f' ({inputs})' if isinstance(inputs, (str, Path)) else ''}")
+    else:
+        first = src.sample
+    samples = [first]
+    dyn = [DynamicAxis(s.name, i, d if isinstance(d, str) else None)
+           for s in onnx_inputs for i, d in enumerate(s.shape) if not isinstance(d, int)]
+    grown = vary_dynamic(first, dyn)
+    if grown is not None:
+        samples.append(grown)
+    return samples
+
+
+def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> list[str]:
+    """Requested dynamic axes that the exported model still fixes."""
+    by_name = {s.name: s for s in onnx_inputs}
+    problems = []
+    for d in src.dynamic:
+        spec = by_name.get(d.name)
+        if spec is not None and spec.shape and isinstance(spec.shape[d.axis], int):
+            problems.append(f"requested dynamic axis {d.name}:{d.axis} is fixed to {spec.shape[d.axis]} "
+                            "in the exported model")
+    return problems
+
+
+def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict) -> dict:
+    from onnxbridge import runtime
+    from onnxbridge.validation import validate_hop
+
+    sess = runtime.session(model_path)
+    onnx_inputs = runtime.input_specs(sess)
+    samples = _samples(src, samples_from, onnx_inputs)
+    report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
+    hop = validate_hop(src.frontend, "onnx", src.run, lambda feeds: runtime.run(sess, feeds), samples,
+                       runtime.output_names(sess), tol)
+    hop["errors"] += _check_dynamic(src, onnx_inputs)
+    if hop["errors"]:
+        hop["status"], hop["passed"] = "failed", False
+    return hop
+
+
+def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output: str | Path | None = None,
+            opset: int | None = None, dynamic: Any = None, validate: bool = True, inputs: Any = None,
+            input_shapes: Sequence[str | TensorSpec] = (), input_names: Sequence[str] | None = None,
+            output_names: Sequence[str] | None = None, exporter: str = "auto", from_: str | None = None,
+            trust: bool = False, precision: str = "fp32", atol: float | None = None, rtol: float | None = None,
+            seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
+            progress: bool = False) -> ConversionResult:
+    """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
+
+    ``source``: a live model (nn.Module, ExportedProgram, ScriptModule, ModelProto), a file path, or
+    ``"file.py:factory"`` / ``"pkg.mod:factory"`` returning ``model`` or ``(model, sample_inputs)``.
+    Returns a ConversionResult whose ``report`` says whether the numbers held (it never raises for a
+    numeric mismatch; call ``raise_for_status()`` for that). With ``output=None`` the model is returned
+    in memory as ``.model``.
+    """
+    from onnxbridge import builder
+    from onnxbridge.backends import BACKENDS
+    from onnxbridge.fileio import load_onnx, save_onnx
+    from onnxbridge.validation import Tolerance
+
+    t0 = time.perf_counter()
+    BACKENDS.plugin(to)
+    if to != "onnx":
+        raise UnsupportedError(f"target '{to}' is not implemented yet")
+    tol = Tolerance.for_precision(precision, atol, rtol)
+    out_path = Path(output) if output is not None else None
+    if out_path is not None and isinstance(source, (str, Path)) and Path(source).exists() \
+            and out_path.resolve() == Path(source).resolve():
+        raise BadInputError("the output would overwrite the source model; choose another path")
+    steps = Progress(progress)
+    timings: dict[str, float] = {}
+
+    with steps.step("Loading the source model"):
+        t = time.perf_counter()
+        src = load_source(source, sample_inputs=sample_inputs, from_=from_, input_shapes=input_shapes,
+                          dynamic=dynamic, input_names=input_names, trust=trust, seed=seed)
+        timings["load_s"] = time.perf_counter() - t
+    source_info = {**src.info(), "path": str(source) if isinstance(source, (str, Path)) else None}
+    rep = reports.new_report("convert", source=source_info, frameworks=[src.framework])
+
+    with workdir() as scratch:
+        with steps.step(f"Exporting {src.kind} to ONNX"):
+            t = time.perf_counter()
+            exported = src.export(scratch, opset=opset, output_names=output_names, exporter=exporter)
+            timings["export_s"] = time.perf_counter() - t
+        rep["notes"] += exported.notes
+        rep["warnings"] += exported.warnings
+        with steps.step("Building the ONNX model"):
+            t = time.perf_counter()
+            try:
+                model, notes = builder.finalize(exported.model, opset=opset, source={
+                    "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
+                    "exporter": exported.exporter})
+            except UnsupportedError as exc:
+                if exported.notes:
+                    exc.args = (f"{exc.args[0]} [{'; '.join(exported.notes)}]",)
+                raise
+            del exported.model
+            rep["notes"] += notes
+            timings["build_s"] = time.perf_counter() - t
+        dest = out_path or scratch / "model.onnx"
+        with steps.step(f"Writing {dest.name}"):
+            t = time.perf_counter()
+            save_onnx(model, dest, base_dir=exported.base_dir, external_data=external_data, check=builder.check_file)
+            timings["write_s"] = time.perf_counter() - t
+        del model
+        rep["artifact"] = _artifact(dest, to)
+        if validate:
+            with steps.step("Validating against the source framework"):
+                t = time.perf_counter()
+                rep["hops"].append(_hop(src, dest, inputs, tol, rep))
+                timings["validate_s"] = time.perf_counter() - t
+        in_memory = load_onnx(dest, load_external_data=True) if out_path is None else None
+    timings["total_s"] = time.perf_counter() - t0
+    rep["timings"] = {k: round(v, 4) for k, v in timings.items()}
+    reports.finish(rep, validated=validate)
+    if report is not None:
+        write_json(report, rep)
+    return ConversionResult(out_path, in_memory, rep)
+
+
+def _artifact(path: Path, target: str) -> dict:
+    """Facts about the written model, read back from disk (weights not loaded)."""
+    from onnxbridge.adapters import default_opset
+    from onnxbridge.fileio import external_files, load_onnx
+
+    model = load_onnx(path)
+    files = external_files(model)
+    return {"path": str(path), "format": target, "opset": default_opset(model), "ir_version": model.ir_version,
+            "bytes": path.stat().st_size + sum((path.parent / f).stat().st_size for f in files),
+            "external_data": files}
+
+
+def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any = None, *,
+             sample_inputs: Any = None, from_: str | None = None, input_shapes: Sequence[str | TensorSpec] = (),
+             trust: bool = False, precision: str = "fp32", atol: float | None = None, rtol: float | None = None,
+             seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
+             progress: bool = False) -> dict:
+    """Compare a converted ONNX model with its source on the same inputs; returns the report.
+
+    ``inputs``: a .npz path, a directory of .npy files or a name -> array mapping; by default the
+    source's sample inputs (or seeded random ones from its input specs). Symbolic axes of the
+    converted model are also checked at a second size.
+    """
+    from onnxbridge.validation import Tolerance
+
+    t0 = time.perf_counter()
+    tol = Tolerance.for_precision(precision, atol, rtol)
+    steps = Progress(progress)
+    with steps.step("Loading the source model"):
+        src = load_source(source, sample_inputs=sample_inputs, from_=from_, input_shapes=input_shapes,
+                          trust=trust, seed=seed)
+    rep = reports.new_report("validate", source={**src.info(), "path": str(source) if isinstance(source, (str, Path)) else None},
+                             frameworks=[src.framework])
+    with workdir() as scratch:
+        path = Path(converted) if isinstance(converted, (str, Path)) else scratch / "converted.onnx"
+        if not isinstance(converted, (str, Path)):
+            path.write_bytes(converted.SerializeToString())
+        rep["artifact"] = _artifact(path, "onnx")
+        with steps.step("Validating"):
+            rep["hops"].append(_hop(src, path, inputs, tol, rep))
+    rep["timings"] = {"total_s": round(time.perf_counter() - t0, 4)}
+    reports.finish(rep, validated=True)
+    if report is not None:
+        write_json(report, rep)
+    if raise_on_failure and rep["status"] == "failed":
+        raise ValidationFailed(reports.failure_summary(rep), rep)
+    return rep
