@@ -28,6 +28,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -142,55 +145,42 @@ def _tensor_bytes(t: "onnx.TensorProto", base_dir: Path | None) -> bytes:
 
 def save_onnx(model: "onnx.ModelProto", path: str | Path, *, base_dir: str | Path | None = None,
               external_data: bool | None = None, threshold: int = EXTERNAL_DATA_THRESHOLD,
-              check: Callable[[Path], None] | None = None) -> Path:
+              check: Callable[[Path], None] | None = None) -> list[str]:
     """Write ``model`` to ``path`` atomically; weights go to ``<path>.data`` when large or asked.
 
-    ``base_dir`` is where the model's current external tensors live. Tensors are streamed one at a
-    time, so a model over 2 GB is never serialised whole. Everything is staged in a hidden folder
-    beside ``path``; ``check`` runs on the staged file and only then are the files renamed into
-    place. ``model`` is not modified.
+    Returns the external data files written beside ``path`` (empty for a self-contained model).
+
+    ``base_dir`` is where the model's current external tensors live; they are streamed one at a
+    time, so a model over 2 GB is never serialised whole. ``check`` runs first on the model's
+    skeleton (no weights read). Files are staged in a hidden folder beside ``path`` and renamed
+    into place only when complete. ``model`` is not modified.
     """
     import onnx
-    from onnx import TensorProto
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     base = Path(base_dir) if base_dir else None
     total = sum(tensor_nbytes(t) for t in iter_tensors(model))
-    externalize = external_data if external_data is not None else total > threshold
+    inline = not (external_data if external_data is not None else total > threshold)
     data_name = f"{path.name}.data"
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         out = onnx.ModelProto()
         out.CopyFrom(model)
-        written = False
-        with open(staging / data_name, "wb") as data:
-            for t in iter_tensors(out):
-                is_ext = t.data_location == TensorProto.EXTERNAL
-                big = tensor_nbytes(t) >= _MIN_EXTERNAL_TENSOR and t.data_type != TensorProto.STRING
-                if not is_ext and not (externalize and big):
-                    continue
-                raw = _tensor_bytes(t, base)
-                for fld in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "raw_data"):
-                    t.ClearField(fld)
-                del t.external_data[:]
-                if externalize:
-                    data.write(b"\0" * (-data.tell() % _ALIGN))
-                    offset = data.tell()
-                    data.write(raw)
-                    for k, v in (("location", data_name), ("offset", str(offset)), ("length", str(len(raw)))):
-                        e = t.external_data.add()
-                        e.key, e.value = k, v
-                    t.data_location = TensorProto.EXTERNAL
-                    written = True
-                else:  # small model whose exporter used external data: bring it back inline
-                    t.data_location = TensorProto.DEFAULT
-                    t.raw_data = raw
-        staged = staging / path.name
-        staged.write_bytes(out.SerializeToString())
-        del out
+        if not inline or out.ByteSize() >= PROTOBUF_LIMIT:
+            written = _externalize(out, base, staging / data_name, data_name)
+            base = staging
+        else:
+            written = False
         if check is not None:
-            check(staged)
+            _check_skeleton(out, staging / "check", check)
+        staged = staging / path.name
+        if inline:
+            _write_inline(out, base, staged)
+            written = False
+        else:
+            staged.write_bytes(out.SerializeToString())
+        del out
         side = path.parent / data_name
         stale = not written and side.exists() and _uses_file(path, data_name)
         if written:
@@ -200,7 +190,140 @@ def save_onnx(model: "onnx.ModelProto", path: str | Path, *, base_dir: str | Pat
             side.unlink()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return path
+    return [data_name] if written else []
+
+
+def _check_skeleton(model: "onnx.ModelProto", folder: Path, check: Callable[[Path], None]) -> None:
+    """Run ``check`` on the model with empty sparse stand-ins for its external files (no data read)."""
+    from onnx import TensorProto
+
+    folder.mkdir()
+    sizes: dict[str, int] = {}
+    for t in iter_tensors(model):
+        if t.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            end = int(info.get("offset", 0)) + int(info.get("length", tensor_nbytes(t)))
+            sizes[info["location"]] = max(sizes.get(info["location"], 0), end)
+    for location, size in sizes.items():
+        stand_in = folder / location
+        if folder.resolve() not in stand_in.resolve().parents:
+            raise BadInputError(f"external data location '{location}' points outside the model's folder")
+        stand_in.parent.mkdir(parents=True, exist_ok=True)
+        with open(stand_in, "wb") as f:
+            f.truncate(size)
+    skeleton = folder / "model.onnx"
+    skeleton.write_bytes(model.SerializeToString())
+    check(skeleton)
+
+
+def _external_range(t: "onnx.TensorProto", base_dir: Path | None) -> tuple[Path, int, int]:
+    info = {e.key: e.value for e in t.external_data}
+    src = (base_dir or Path(".")) / info["location"]
+    offset = int(info.get("offset", 0))
+    length = int(info["length"]) if "length" in info else src.stat().st_size - offset
+    return src, offset, length
+
+
+def _copy_range(src: Path, offset: int, length: int, dst) -> None:
+    """Copy bytes between files in the kernel where possible (no Python buffers of tensor size)."""
+    dst.flush()
+    with open(src, "rb") as f:
+        remaining = length
+        try:
+            while remaining:
+                sent = os.sendfile(dst.fileno(), f.fileno(), offset + length - remaining, remaining)
+                if sent == 0:
+                    raise OSError("short read")
+                remaining -= sent
+            dst.seek(0, os.SEEK_END)
+            return
+        except (OSError, AttributeError):
+            f.seek(offset + length - remaining)
+            dst.seek(0, os.SEEK_END)
+        while remaining:
+            chunk = f.read(min(remaining, 1 << 24))
+            if not chunk:
+                raise BadInputError(f"external data file '{src}' is shorter than the model says")
+            dst.write(chunk)
+            remaining -= len(chunk)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _write_inline(model: "onnx.ModelProto", base_dir: Path | None, dest: Path) -> None:
+    """Write one self-contained file, streaming external graph initializers into it.
+
+    Protobuf merges repeated occurrences of a message field, so the file is the serialised model
+    without those initializers followed, for each, by ``graph { initializer { ...raw_data } }``
+    whose bytes are copied from the external file. Nothing of tensor size is held in memory.
+    """
+    import onnx
+    from onnx import TensorProto
+
+    skeleton = onnx.ModelProto()
+    skeleton.CopyFrom(model)
+    graph = skeleton.graph
+    streamed = [t for t in graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    kept = [t for t in graph.initializer if t.data_location != TensorProto.EXTERNAL]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    for t in iter_tensors(skeleton):  # external tensors outside graph.initializer: small, load inline
+        if t.data_location == TensorProto.EXTERNAL:
+            raw = _tensor_bytes(t, base_dir)
+            del t.external_data[:]
+            t.data_location = TensorProto.DEFAULT
+            t.raw_data = raw
+    with open(dest, "wb") as f:
+        f.write(skeleton.SerializeToString())
+        for t in streamed:
+            src, offset, length = _external_range(t, base_dir)
+            header = TensorProto()
+            header.CopyFrom(t)
+            del header.external_data[:]
+            header.data_location = TensorProto.DEFAULT
+            head = header.SerializeToString() + b"\x4a" + _varint(length)  # field 9: raw_data
+            tensor_len = len(head) + length
+            init = b"\x2a" + _varint(tensor_len)  # GraphProto field 5: initializer
+            f.write(b"\x3a" + _varint(len(init) + tensor_len) + init + head)  # ModelProto field 7: graph
+            _copy_range(src, offset, length, f)
+
+
+def _externalize(model: "onnx.ModelProto", base_dir: Path | None, data_path: Path, location: str) -> bool:
+    """Move every tensor of 1 KiB or more (and every already-external one) into ``data_path``."""
+    from onnx import TensorProto
+
+    written = False
+    with open(data_path, "wb") as data:
+        for t in iter_tensors(model):
+            is_ext = t.data_location == TensorProto.EXTERNAL
+            if not is_ext and (t.data_type == TensorProto.STRING or tensor_nbytes(t) < _MIN_EXTERNAL_TENSOR):
+                continue
+            data.write(b"\0" * (-data.tell() % _ALIGN))
+            offset = data.tell()
+            if is_ext:
+                src, src_offset, length = _external_range(t, base_dir)
+                _copy_range(src, src_offset, length, data)
+            else:
+                raw = _tensor_bytes(t, None)
+                length = len(raw)
+                data.write(raw)
+                del raw
+            for fld in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "raw_data"):
+                t.ClearField(fld)
+            del t.external_data[:]
+            for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+                e = t.external_data.add()
+                e.key, e.value = k, v
+            t.data_location = TensorProto.EXTERNAL
+            written = True
+    return written
 
 
 def _uses_file(model_path: Path, name: str) -> bool:

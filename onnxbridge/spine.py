@@ -170,10 +170,11 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
         dest = out_path or scratch / "model.onnx"
         with steps.step(f"Writing {dest.name}"):
             t = time.perf_counter()
-            save_onnx(model, dest, base_dir=exported.base_dir, external_data=external_data, check=builder.check_file)
+            files = save_onnx(model, dest, base_dir=exported.base_dir, external_data=external_data,
+                              check=builder.check_file)
             timings["write_s"] = time.perf_counter() - t
+        rep["artifact"] = _artifact(dest, to, model, files)
         del model
-        rep["artifact"] = _artifact(dest, to)
         if validate:
             with steps.step("Validating against the source framework"):
                 t = time.perf_counter()
@@ -188,13 +189,15 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     return ConversionResult(out_path, in_memory, rep)
 
 
-def _artifact(path: Path, target: str) -> dict:
-    """Facts about the written model, read back from disk (weights not loaded)."""
+def _artifact(path: Path, target: str, model: "onnx.ModelProto | None" = None,
+              files: list[str] | None = None) -> dict:
+    """Facts about the written model (read back from disk when ``model`` is not given)."""
     from onnxbridge.adapters import default_opset
     from onnxbridge.fileio import external_files, load_onnx
 
-    model = load_onnx(path)
-    files = external_files(model)
+    if model is None:
+        model = load_onnx(path)
+        files = external_files(model)
     return {"path": str(path), "format": target, "opset": default_opset(model), "ir_version": model.ir_version,
             "bytes": path.stat().st_size + sum((path.parent / f).stat().st_size for f in files),
             "external_data": files}

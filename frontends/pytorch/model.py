@@ -259,6 +259,14 @@ class TorchModel(SourceModel):
         return self._forward(*self._with_feeds(feeds))
 
     # export ----------------------------------------------------------------------------------
+    def _tensors_only(self) -> bool:
+        """True when every forward parameter is given, as a tensor (what the tracer handles as is)."""
+        if self.kwargs or any(not isinstance(a, torch.Tensor) for a in self.args):
+            return False
+        if isinstance(self.module, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
+            return True
+        return len(_param_names(self.module)) <= len(self.args)
+
     def exporter_order(self, exporter: str, opset: int | None) -> list[str]:
         if exporter not in EXPORTERS:
             raise BadInputError(f"unknown exporter '{exporter}'; known: {', '.join(EXPORTERS)}")
@@ -330,12 +338,34 @@ class TorchModel(SourceModel):
             torch.onnx.export(target, args, str(path), kwargs=kwargs or None, dynamo=True, external_data=True,
                               verbose=False, dynamic_axes=dyn or None, **common)
         else:
-            args = self.args + ((self.kwargs,) if self.kwargs else ())
             from onnxbridge.frontends.pytorch.symbolics import extra_symbolics
 
+            target, args = self.module, self.args + ((self.kwargs,) if self.kwargs else ())
+            if not self._tensors_only():
+                # The tracer turns Python scalars and unfilled defaults into graph inputs: bind them.
+                target, args = _TensorsOnly(self), tuple(self._value(s) for s, _ in self.slots)
             with native_output_silenced(), extra_symbolics(opset):
-                torch.onnx.export(self.module, args, str(path), dynamo=False, do_constant_folding=True,
+                torch.onnx.export(target, args, str(path), dynamo=False, do_constant_folding=True,
                                   dynamic_axes=self._dynamic_axes(output_names) or None, **common)
+
+
+class _TensorsOnly(torch.nn.Module):
+    """The source module with its non-tensor arguments bound: forward takes the tensor inputs only."""
+
+    def __init__(self, source: TorchModel):
+        super().__init__()
+        self.inner = source.module
+        self._source = source
+
+    def forward(self, *tensors):
+        feeds = dict(zip((n for _, n in self._source.slots), tensors))
+        args, kwargs = list(self._source.args), dict(self._source.kwargs)
+        for (slot, name) in self._source.slots:
+            if isinstance(slot, int):
+                args[slot] = feeds[name]
+            else:
+                kwargs[slot] = feeds[name]
+        return self.inner(*args, **kwargs)
 
 
 def _call(fn, what: str):
