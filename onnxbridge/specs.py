@@ -38,7 +38,7 @@ class DynamicAxis:
         return self.label or f"{self.name}_dim{self.axis}"
 
 
-_SHAPE = re.compile(r"^(?P<name>[^:]+):(?P<dims>[0-9, ]*)(?::(?P<dtype>\w+))?$")
+_SHAPE = re.compile(r"^(?P<name>[^:]+):(?P<dims>[^:]*)(?::(?P<dtype>\w+))?$")
 _DYN = re.compile(r"^(?P<name>[^:]+):(?P<axis>-?\d+)(?::(?P<label>[A-Za-z_][\w]*))?$")
 DTYPES = ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool")
 

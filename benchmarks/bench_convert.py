@@ -1,0 +1,284 @@
+"""Benchmark ``onnxbridge convert`` against a bare ``torch.onnx.export`` of the same model, opset and exporter.
+
+Every measurement runs in a fresh subprocess; wall time is taken by this (parent) process around the
+child's whole life (interpreter start, imports, model construction, export, write), and peak memory
+is the child's max RSS as reported by ``os.wait4``. Also measures CLI cold start and checks that
+``onnxbridge --help`` imports no heavy framework.
+
+    .venv/bin/python benchmarks/bench_convert.py [--repeat 3] [--models cnn,lstm] [--quick] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FACTORIES = {
+    "cnn": ROOT / "examples" / "models.py",
+    "lstm": ROOT / "examples" / "models.py",
+    "transformer": ROOT / "examples" / "models.py",
+    "wide_mlp": ROOT / "benchmarks" / "models_bench.py",
+}
+GOAL_RATIO = 1.10
+GOAL_COLD_S = 0.3
+HEAVY = ("torch", "tensorflow", "paddle")
+
+# Bare-torch side: load the factory from its file (as onnxbridge does), then one torch.onnx.export.
+# Its last stdout line is JSON with its own phase timings, for comparison with onnxbridge's report.
+TORCH_SNIPPET = """
+import time
+t0 = time.perf_counter()
+import importlib.util, json, sys, torch
+path, func, out, opset, exporter = sys.argv[1:]
+spec = importlib.util.spec_from_file_location("bench_factory", path)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+model, args = getattr(mod, func)()
+t1 = time.perf_counter()
+torch.onnx.export(model, args, out, opset_version=int(opset) if opset else None, dynamo=exporter == "dynamo")
+t2 = time.perf_counter()
+print(json.dumps({"load_s": round(t1 - t0, 4), "export_s": round(t2 - t1, 4), "total_s": round(t2 - t0, 4)}))
+"""
+
+# Importing the CLI and rendering --help must not pull in a framework.
+HELP_IMPORTS_SNIPPET = """
+import json, sys
+from click.testing import CliRunner
+from onnxbridge.cli.main import cli
+result = CliRunner().invoke(cli, ["--help"])
+print(json.dumps({"exit_code": result.exit_code,
+                  "loaded": sorted(m for m in %r if m in sys.modules)}))
+""" % (HEAVY,)
+
+
+@dataclass
+class Case:
+    """One model exported with one exporter at one opset (None: the exporter's default)."""
+
+    model: str
+    exporter: str
+    opset: int | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/{self.exporter}@{self.opset or 'default'}"
+
+    @property
+    def source(self) -> str:
+        return f"{FACTORIES[self.model]}:{self.model}"
+
+
+@dataclass
+class Run:
+    """One subprocess: wall seconds, peak RSS in MB, and what it produced."""
+
+    wall_s: float
+    peak_mb: float
+    opset: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Row:
+    """All repeats of one case, summarised: median wall time, max peak RSS."""
+
+    case: Case
+    bridge: list[Run]
+    torch: list[Run]
+    bridge_validate: list[Run]
+
+    def summary(self) -> dict:
+        ob_t, th_t = _median(self.bridge), _median(self.torch)
+        ob_m, th_m = _peak(self.bridge), _peak(self.torch)
+        return {
+            "case": self.case.name, "model": self.case.model, "exporter": self.case.exporter,
+            "opset_requested": self.case.opset,
+            "opset_delivered": {"onnxbridge": self.bridge[0].opset, "torch": self.torch[0].opset},
+            "onnxbridge_s": ob_t, "torch_s": th_t, "ratio_time": ob_t / th_t,
+            "onnxbridge_peak_mb": ob_m, "torch_peak_mb": th_m, "ratio_mem": ob_m / th_m,
+            "onnxbridge_validate_s": _median(self.bridge_validate),
+            "onnxbridge_validate_peak_mb": _peak(self.bridge_validate),
+            "goal_met": ob_t / th_t <= GOAL_RATIO,
+            "timings": {"onnxbridge": _median_timings(self.bridge), "torch": _median_timings(self.torch),
+                        "onnxbridge_validate": _median_timings(self.bridge_validate)},
+            "runs": {"onnxbridge": [asdict(r) for r in self.bridge], "torch": [asdict(r) for r in self.torch],
+                     "onnxbridge_validate": [asdict(r) for r in self.bridge_validate]},
+        }
+
+
+def _median(runs: list[Run]) -> float:
+    return statistics.median(r.wall_s for r in runs)
+
+
+def _median_timings(runs: list[Run]) -> dict[str, float]:
+    """Per-phase medians of the in-process timings (onnxbridge --report, or the torch snippet's own)."""
+    return {k: statistics.median(r.timings[k] for r in runs) for k in runs[0].timings}
+
+
+def _peak(runs: list[Run]) -> float:
+    return max(r.peak_mb for r in runs)
+
+
+def measure(cmd: list[str], log: Path) -> Run:
+    """Run ``cmd`` to completion in a fresh process; its wall time and its own max RSS (``wait4``)."""
+    with log.open("wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{' '.join(cmd)} exited with {proc.returncode}:\n{tail}")
+    return Run(wall_s=wall, peak_mb=usage.ru_maxrss / 1024)  # Linux: ru_maxrss is in KiB
+
+
+def onnx_opset(path: Path) -> int | None:
+    """The default-domain opset of a written model (graph only, weights are not read)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def cli_path() -> str:
+    """The ``onnxbridge`` console script of this interpreter's environment."""
+    local = Path(sys.executable).parent / "onnxbridge"
+    return str(local) if local.exists() else shutil.which("onnxbridge") or "onnxbridge"
+
+
+def run_bridge(case: Case, tmp: Path, *, validate: bool) -> Run:
+    """``onnxbridge -q convert SOURCE --exporter X [--opset N] [--no-validate]`` in a fresh process."""
+    out, report = tmp / "bridge.onnx", tmp / "bridge.json"
+    cmd = [cli_path(), "-q", "convert", case.source, "-o", str(out), "--exporter", case.exporter,
+           "--report", str(report)]
+    cmd += ["--opset", str(case.opset)] if case.opset else []
+    cmd += [] if validate else ["--no-validate"]
+    run = measure(cmd, tmp / "bridge.log")
+    run.opset = onnx_opset(out)
+    run.timings = json.loads(report.read_text()).get("timings", {})
+    _clean(tmp)
+    return run
+
+
+def run_torch(case: Case, tmp: Path) -> Run:
+    """Bare ``torch.onnx.export`` of the same factory, opset and exporter, in a fresh process."""
+    out = tmp / "torch.onnx"
+    cmd = [sys.executable, "-c", TORCH_SNIPPET, str(FACTORIES[case.model]), case.model, str(out),
+           str(case.opset or ""), case.exporter]
+    run = measure(cmd, tmp / "torch.log")
+    run.opset = onnx_opset(out)
+    run.timings = json.loads((tmp / "torch.log").read_text().strip().splitlines()[-1])
+    _clean(tmp)
+    return run
+
+
+def _clean(tmp: Path) -> None:
+    """Drop written models (and external data) between runs so disk use stays flat."""
+    for p in tmp.iterdir():
+        if p.is_file():
+            p.unlink()
+
+
+def bench_case(case: Case, repeat: int, tmp: Path) -> Row:
+    """Interleave the three variants per repeat, so drift on the machine hits all of them alike."""
+    row = Row(case, [], [], [])
+    for i in range(repeat):
+        row.bridge.append(run_bridge(case, tmp, validate=False))
+        row.torch.append(run_torch(case, tmp))
+        row.bridge_validate.append(run_bridge(case, tmp, validate=True))
+        print(f"  {case.name} [{i + 1}/{repeat}] onnxbridge {row.bridge[-1].wall_s:.2f}s  "
+              f"torch {row.torch[-1].wall_s:.2f}s  onnxbridge+validate {row.bridge_validate[-1].wall_s:.2f}s",
+              file=sys.stderr, flush=True)
+    return row
+
+
+def cold_start(runs: int = 10) -> dict:
+    """Median wall time of ``onnxbridge --help`` and ``--version`` over ``runs`` fresh processes."""
+    result = {}
+    for flag in ("--help", "--version"):
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            subprocess.run([cli_path(), flag], cwd=ROOT, check=True, capture_output=True)
+            times.append(time.perf_counter() - t0)
+        median = statistics.median(times)
+        result[flag] = {"median_s": median, "runs_s": times, "goal_met": median <= GOAL_COLD_S}
+    return result
+
+
+def help_imports() -> dict:
+    """Which heavy frameworks are in sys.modules after importing the CLI and invoking ``--help``."""
+    done = subprocess.run([sys.executable, "-c", HELP_IMPORTS_SNIPPET], cwd=ROOT, check=True,
+                          capture_output=True, text=True)
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**info, "clean": not info["loaded"] and info["exit_code"] == 0}
+
+
+def print_table(rows: list[dict]) -> None:
+    """Plain-text table, one line per case."""
+    head = ("case", "ob s", "torch s", "ratio t", "ob MB", "torch MB", "ratio m", "ob+val s", "opset", "goal")
+    lines = [head] + [(
+        r["case"], f"{r['onnxbridge_s']:.2f}", f"{r['torch_s']:.2f}", f"{r['ratio_time']:.2f}",
+        f"{r['onnxbridge_peak_mb']:.0f}", f"{r['torch_peak_mb']:.0f}", f"{r['ratio_mem']:.2f}",
+        f"{r['onnxbridge_validate_s']:.2f}",
+        "{onnxbridge}/{torch}".format(**r["opset_delivered"]),
+        "goal met" if r["goal_met"] else "goal missed") for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    for n, line in enumerate(lines):
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths))))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=3, help="runs per measurement (default 3)")
+    p.add_argument("--models", default=",".join(FACTORIES), help="comma-separated, from: " + ", ".join(FACTORIES))
+    p.add_argument("--quick", action="store_true", help="only the cnn model")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the results here as JSON")
+    args = p.parse_args(argv)
+    args.models = ["cnn"] if args.quick else [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = set(args.models) - set(FACTORIES)
+    if unknown:
+        p.error(f"unknown model(s): {', '.join(sorted(unknown))}")
+    if args.repeat < 1:
+        p.error("--repeat must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cases = [Case(m, "torchscript", 17) for m in args.models] + [Case(m, "dynamo", None) for m in args.models]
+    with tempfile.TemporaryDirectory(prefix="onnxbridge-bench-") as tmp:
+        rows = [bench_case(c, args.repeat, Path(tmp)).summary() for c in cases]
+    print(f"\nConversion (median of {args.repeat} wall s, max peak RSS MB; ob = onnxbridge --no-validate; "
+          f"goal: ratio t <= {GOAL_RATIO})")
+    print_table(rows)
+
+    cold, imports = cold_start(), help_imports()
+    print(f"\nCLI cold start (median of 10, goal <= {GOAL_COLD_S} s)")
+    for flag, r in cold.items():
+        print(f"  onnxbridge {flag:<9} {r['median_s']:.3f} s  {'goal met' if r['goal_met'] else 'goal missed'}")
+    print(f"  --help via CliRunner: exit {imports['exit_code']}, heavy modules loaded: "
+          f"{', '.join(imports['loaded']) or 'none'} -> {'clean' if imports['clean'] else 'NOT clean'}")
+
+    if args.json:
+        args.json.write_text(json.dumps({"repeat": args.repeat, "python": sys.version.split()[0],
+                                         "conversion": rows, "cold_start": cold, "help_imports": imports},
+                                        indent=2))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

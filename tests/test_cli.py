@@ -1,0 +1,146 @@
+"""The command line: start-up cost, doctor, inspect, and one-line errors with exit code 2 for bad input."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.conftest import ROOT, assert_one_line_error, check_report
+
+FACTORY = str(ROOT / "examples" / "models.py")
+
+
+def tiny_onnx(path: Path, opset: int = 17) -> Path:
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")],
+        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+    onnx.save(model, path)
+    return path
+
+
+def test_help_is_fast_and_imports_no_framework():
+    code = ("import sys, time; t = time.perf_counter();"
+            "from click.testing import CliRunner; from onnxbridge.cli.main import cli;"
+            "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0, r.output;"
+            "r = CliRunner().invoke(cli, ['--version']); assert '0.' in r.output;"
+            "print([m for m in ('torch', 'tensorflow', 'paddle', 'onnx', 'numpy', 'rich') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_version_and_help_in_a_real_process():
+    exe = Path(sys.executable).with_name("onnxbridge")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "onnxbridge.cli.main"]
+    out = subprocess.run([*cmd, "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("onnxbridge, version")
+    out = subprocess.run([*cmd, "convert", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--opset" in out.stdout
+
+
+def test_doctor_lists_every_plugin(cli):
+    res = cli("doctor", "--json")
+    assert res.exit_code == 0
+    info = json.loads(res.stdout)
+    plugins = {(p["kind"], p["name"]): p for p in info["plugins"]}
+    assert {("frontend", "torch"), ("frontend", "onnx"), ("backend", "onnx")} <= set(plugins)
+    torch_row = plugins[("frontend", "torch")]
+    assert torch_row["available"] and torch_row["versions"]["torch"].startswith("2.13.0")
+    assert info["environment"]["packages"]["onnxruntime"]
+    assert cli("doctor").exit_code == 0
+
+
+def test_inspect(cli, tmp_path):
+    path = tiny_onnx(tmp_path / "tiny.onnx")
+    res = cli("inspect", path, "--json")
+    assert res.exit_code == 0
+    info = json.loads(res.stdout)
+    assert info["opsets"] == {"ai.onnx": 17} and info["ir_version"] == 8
+    assert info["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["n", 4]}]
+    assert info["ops"] == {"MatMul": 1, "Relu": 1}
+    assert (info["parameters"], info["parameter_bytes"], info["external_data"]) == (12, 48, [])
+    text = cli("inspect", path)
+    assert text.exit_code == 0 and "MatMul" in text.stdout
+
+
+def test_convert_prints_summary_and_writes_report(cli, tmp_path):
+    res = cli("convert", f"{FACTORY}:lstm", "-o", tmp_path / "l.onnx", "--opset", "17", "--report", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    assert "wrote" in res.stdout and "status: passed" in res.stdout
+    assert check_report(tmp_path / "r.json")["status"] == "passed"
+    quiet = cli("-q", "convert", f"{FACTORY}:lstm", "-o", tmp_path / "l2.onnx", "--opset", "17")
+    assert quiet.exit_code == 0 and quiet.stdout == ""
+
+
+# Bad input: one line, exit 2, no traceback, nothing written ---------------------------------------
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda d: d / "missing.onnx", "does not exist"),
+    (lambda d: (d / "t.onnx").write_bytes(tiny_onnx(d / "full.onnx").read_bytes()[:40]) and d / "t.onnx",
+     "not a readable ONNX model"),
+    (lambda d: (d / "x.onnx").write_text("hello, not a model\n") and d / "x.onnx", "ONNX"),
+    (lambda d: (d / "m.xyz").write_text("?") and d / "m.xyz", "no frontend recognises"),
+    (lambda d: (d / "m.pt").write_bytes(b"garbage") and d / "m.pt", "not a torch archive"),
+], ids=["missing", "truncated", "not-onnx", "unknown-kind", "not-torch"])
+def test_bad_source_files(cli, tmp_path, make, needle):
+    source = make(tmp_path)
+    out = tmp_path / "out.onnx"
+    assert_one_line_error(cli("convert", source, "-o", out), 2, needle)
+    assert not out.exists()
+    if source.suffix == ".onnx":
+        assert_one_line_error(cli("inspect", source), 2)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--input-shape", "x:1,a,3"], "must be integers"),
+    (["--input-shape", "x"], "NAME:D1,D2"),
+    (["--input-shape", "y:1,3,8,8"], "unknown input 'y'"),
+    (["--input-shape", "x:1,3"], "fails on inputs"),
+    (["--input-shape", "x:1,3,8,8:complex7"], "unknown dtype"),
+    (["--dynamic", "x:first"], "NAME:AXIS"),
+    (["--dynamic", "x:7"], "rank 4"),
+    (["--from", "keras"], "unknown frontend 'keras'"),
+    (["--to", "nothing"], "unknown backend 'nothing'"),
+], ids=["dims", "format", "name", "rank", "dtype", "dynamic", "axis", "from", "to"])
+def test_bad_options(cli, tmp_path, args, needle):
+    out = tmp_path / "out.onnx"
+    assert_one_line_error(cli("convert", f"{FACTORY}:cnn", "-o", out, *args), 2, needle)
+    assert not out.exists()
+
+
+def test_bad_factories(cli, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def build():\n    raise RuntimeError('weights missing')\n")
+    assert_one_line_error(cli("convert", f"{bad}:build", "-o", tmp_path / "o.onnx"), 2, "raised RuntimeError",
+                          "weights missing")
+    assert_one_line_error(cli("convert", f"{bad}:nothing", "-o", tmp_path / "o.onnx"), 2, "no callable")
+    assert_one_line_error(cli("convert", f"{tmp_path}/none.py:build", "-o", tmp_path / "o.onnx"), 2)
+    syntax = tmp_path / "syntax.py"
+    syntax.write_text("def build(:\n")
+    assert_one_line_error(cli("convert", f"{syntax}:build", "-o", tmp_path / "o.onnx"), 2, "SyntaxError")
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_output_never_overwrites_the_source(cli, tmp_path):
+    path = tiny_onnx(tmp_path / "tiny.onnx")
+    before = path.read_bytes()
+    assert_one_line_error(cli("convert", path, "-o", path), 2, "overwrite the source")
+    assert path.read_bytes() == before
+
+
+def test_bad_input_in_a_real_process_has_no_traceback(tmp_path):
+    exe = Path(sys.executable).with_name("onnxbridge")
+    out = subprocess.run([str(exe), "convert", str(tmp_path / "nope.pt2"), "-o", str(tmp_path / "o.onnx")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr and out.stderr.startswith("error:")
+    usage = subprocess.run([str(exe), "convert"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "Traceback" not in usage.stderr

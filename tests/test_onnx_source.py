@@ -1,0 +1,115 @@
+"""ONNX as the source: re-targeting opsets through the builder, guarded adapters, inputs never modified."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxbridge
+from onnxbridge import adapters
+from onnxbridge.errors import UnsupportedError
+from tests.conftest import check_report
+from tests.test_cli import tiny_onnx
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("target", [15, 18, 21])
+def test_retarget_opset_keeps_numbers(tmp_path, target):
+    src = tiny_onnx(tmp_path / "tiny.onnx", opset=17)
+    digest = _digest(src)
+    result = onnxbridge.convert(src, output=tmp_path / "out.onnx", opset=target, report=tmp_path / "r.json")
+    rep = check_report(tmp_path / "r.json")
+    assert rep["status"] == "passed" and rep["hops"][0]["from"] == "onnx"
+    assert rep["hops"][0]["outputs"][0]["max_abs"] == 0.0
+    model = onnx.load(result.path)
+    assert model.opset_import[0].version == target
+    assert model.ir_version == onnx.helper.find_min_ir_version_for(list(model.opset_import), True)
+    assert _digest(src) == digest  # the source is never modified
+    assert [n.name for n in model.graph.node] == ["mm", "relu"]  # names kept
+
+
+def test_unreachable_opset_is_a_clear_error_and_writes_nothing(tmp_path, cli):
+    src = tiny_onnx(tmp_path / "tiny.onnx", opset=17)
+    res = cli("convert", src, "-o", tmp_path / "o.onnx", "--opset", "13")
+    assert res.exit_code == 2 and "node 'relu' (Relu) from opset 17 to 13" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.onnx"]
+
+
+def test_unnamed_nodes_get_stable_names(tmp_path):
+    path = tiny_onnx(tmp_path / "t.onnx")
+    model = onnx.load(path)
+    for node in model.graph.node:
+        node.name = ""
+    onnx.save(model, path)
+    out = onnxbridge.convert(path, output=tmp_path / "o.onnx").path
+    assert [n.name for n in onnx.load(out).graph.node] == ["MatMul_0", "Relu_1"]
+
+
+def test_model_proto_source_is_not_modified():
+    model = onnx.load_from_string(onnx.helper.make_model(
+        helper.make_graph([helper.make_node("Sigmoid", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])]),
+        opset_imports=[helper.make_opsetid("", 13)], ir_version=7).SerializeToString())
+    before = model.SerializeToString()
+    result = onnxbridge.convert(model, opset=17)
+    assert model.SerializeToString() == before
+    assert result.model.opset_import[0].version == 17 and result.report["status"] == "passed"
+
+
+def _softmax_model(axis: int, opset: int = 13) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=axis, name="sm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+
+
+def test_known_silent_downgrade_is_refused_naming_the_node():
+    """onnx.version_converter turns Softmax-13 over axis 1 into a wrong Softmax-12 (max diff 0.76)."""
+    with pytest.raises(UnsupportedError, match=r"'sm' \(Softmax\).*axis 1"):
+        adapters.adapt(_softmax_model(axis=1), 12)
+    assert adapters.adapt(_softmax_model(axis=-1), 12).opset_import[0].version == 12
+
+
+def test_missing_adapter_names_the_node(tmp_path):
+    model = _softmax_model(axis=-1, opset=13)
+    model.graph.node.insert(0, helper.make_node("Relu", ["x"], ["r"], name="first_relu"))
+    model.graph.node[1].input[0] = "r"
+    with pytest.raises(UnsupportedError, match=r"'first_relu' \(Relu\) from opset 13 to 12"):
+        adapters.adapt(model, 12)
+
+
+def test_resize_10_upgrade_is_refused():
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    graph = helper.make_graph([helper.make_node("Resize", ["x", "scales"], ["y"], mode="linear", name="up")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 8, 8])], [scales])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)], ir_version=5)
+    with pytest.raises(UnsupportedError, match="'up' \\(Resize\\).*coordinate"):
+        adapters.adapt(model, 13)
+
+
+def test_local_functions_survive_adaptation():
+    fn = helper.make_function("local", "SqPlusOne", ["a"], ["b"], [
+        helper.make_node("Mul", ["a", "a"], ["sq"]),
+        helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.array(1.0, np.float32))),
+        helper.make_node("Add", ["sq", "one"], ["b"])], [helper.make_opsetid("", 15)])
+    graph = helper.make_graph([helper.make_node("SqPlusOne", ["x"], ["y"], domain="local", name="f")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, functions=[fn], ir_version=8,
+                              opset_imports=[helper.make_opsetid("", 15), helper.make_opsetid("local", 1)])
+    result = onnxbridge.convert(model, opset=18)
+    assert result.report["status"] == "passed"
+    assert result.model.opset_import[0].version == 18
+
+
+def test_opset_outside_what_onnx_knows():
+    with pytest.raises(UnsupportedError, match="outside"):
+        adapters.adapt(_softmax_model(-1), 99)
