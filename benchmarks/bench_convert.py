@@ -177,7 +177,8 @@ def run_torch(case: Case, tmp: Path) -> Run:
            str(case.opset or ""), case.exporter]
     run = measure(cmd, tmp / "torch.log")
     run.opset = onnx_opset(out)
-    run.timings = json.loads((tmp / "torch.log").read_text().strip().splitlines()[-1])
+    lines = (tmp / "torch.log").read_text(errors="replace").splitlines()
+    run.timings = json.loads(next(ln for ln in reversed(lines) if ln.startswith('{"load_s"')))
     _clean(tmp)
     return run
 

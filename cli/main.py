@@ -105,7 +105,6 @@ def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, export
     SOURCE is a model file (.onnx, .pt2, TorchScript .pt) or a factory 'file.py:function' whose
     function returns the model, or (model, sample_inputs).
     """
-    from onnxbridge import report as reports
     from onnxbridge.spine import convert as run_convert
 
     result = run_convert(source, to=to, output=output, opset=opset, dynamic=list(dynamic), validate=validate,

@@ -59,13 +59,10 @@ def merge(worst: dict | None, new: dict) -> dict:
     if worst is None:
         return dict(new)
     out = dict(worst)
-    for key in ("max_abs", "max_rel", "mismatch_fraction", "required_atol", "nan_mismatch",
+    for key in ("max_abs", "mean_abs", "max_rel", "mismatch_fraction", "required_atol", "nan_mismatch",
                 "nonfinite_reference", "nonfinite_output"):
         if key in new:
             out[key] = max(out.get(key, 0), new[key])
-    for key in ("mean_abs",):
-        if key in new:
-            out[key] = max(out.get(key, 0.0), new[key])
     if "cosine" in new:
         out["cosine"] = min(out.get("cosine", 1.0), new["cosine"])
     if "error" in new:

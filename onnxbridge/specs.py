@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -95,7 +95,6 @@ class Sample:
 
     feeds: dict[str, "np.ndarray"]
     origin: str = "random"
-    notes: list[str] = field(default_factory=list)
 
     def shapes(self) -> dict[str, list[int]]:
         return {k: list(v.shape) for k, v in self.feeds.items()}

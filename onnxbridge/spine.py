@@ -128,9 +128,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     from onnxbridge.validation import Tolerance
 
     t0 = time.perf_counter()
-    BACKENDS.plugin(to)
-    if to != "onnx":
-        raise UnsupportedError(f"target '{to}' is not implemented yet")
+    BACKENDS.plugin(to)  # only "onnx" is registered so far; backends plug in after the write below
     tol = Tolerance.for_precision(precision, atol, rtol)
     out_path = Path(output) if output is not None else None
     if out_path is not None and isinstance(source, (str, Path)) and Path(source).exists() \
@@ -160,10 +158,10 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                 model, notes = builder.finalize(exported.model, opset=opset, source={
                     "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
                     "exporter": exported.exporter})
-            except UnsupportedError as exc:
-                if exported.notes:
-                    exc.args = (f"{exc.args[0]} [{'; '.join(exported.notes)}]",)
-                raise
+            except UnsupportedError as exc:  # say what the export already tried
+                if not exported.notes:
+                    raise
+                raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
             del exported.model
             rep["notes"] += notes
             timings["build_s"] = time.perf_counter() - t

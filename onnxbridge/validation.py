@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from onnxbridge.compare import TOLERANCES, compare, merge
 from onnxbridge.errors import BadInputError
 from onnxbridge.specs import Sample
 
-Runner = Callable[[Mapping[str, "object"]], list]
+Runner = Callable[[Mapping[str, Any]], list]  # named inputs -> outputs in order
 
 
 @dataclass(frozen=True)

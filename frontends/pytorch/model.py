@@ -170,29 +170,14 @@ class TorchModel(SourceModel):
                seed: int) -> "TorchModel":
         program = None
         if isinstance(source, (str, Path)):
-            path = Path(source)
-            kind = archives.kind(path)
-            if kind == "pt2":
-                pickled = archives.pt2_pickled_entries(path)
-                if pickled:
-                    archives.require_trust(path, f"holds pickled objects ({pickled[0]})", trust)
-                program = _call(lambda: torch.export.load(str(path)), f"cannot load '{path}'")
-            elif kind == "torchscript":
-                module = _call(lambda: torch.jit.load(str(path), map_location="cpu"), f"cannot load '{path}'")
-                description = f"TorchScript archive {path.name}"
+            loaded, kind_label, description = _load_file(Path(source), trust)
+            if kind_label == "torch.export .pt2":
+                program = loaded
             else:
-                archives.require_trust(path, "is a pickle written by torch.save", trust)
-                module = _call(lambda: torch.load(path, map_location="cpu", weights_only=False),
-                               f"cannot unpickle '{path}'")
-                if isinstance(module, Mapping):
-                    raise BadInputError(f"'{path}' holds a state_dict, not a model: use a factory "
-                                        "(module.py:function) that builds the model and loads it")
-                if not isinstance(module, torch.nn.Module):
-                    raise BadInputError(f"'{path}' holds a {type(module).__name__}, not a torch.nn.Module")
-                description = f"pickled {type(module).__name__} from {path.name}"
-            kind_label = {"pt2": "torch.export .pt2", "torchscript": "TorchScript", "pickle": "pickled nn.Module"}[kind]
+                module = loaded
         elif isinstance(source, torch.export.ExportedProgram):
             program, kind_label = source, "torch.export ExportedProgram"
+            description = f"ExportedProgram ({len(program.graph.nodes)} FX nodes)"
         elif isinstance(source, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
             module, kind_label, description = source, "TorchScript", f"TorchScript {type(source).__name__}"
         elif isinstance(source, torch.nn.Module):
@@ -203,9 +188,6 @@ class TorchModel(SourceModel):
         if program is not None:
             module = program.module()
             names = list(program.graph_signature.user_inputs)
-            description = f"ExportedProgram ({len(program.graph.nodes)} FX nodes)"
-            if kind_label == "torch.export .pt2":
-                description = f"torch.export archive {Path(source).name}"
             if sample_inputs is None and program.example_inputs is not None:
                 args, kwargs = program.example_inputs
                 sample_inputs = (tuple(args), dict(kwargs))
@@ -242,16 +224,20 @@ class TorchModel(SourceModel):
         leaves = torch.utils._pytree.tree_leaves(out)
         return [to_numpy(x) for x in leaves if isinstance(x, (torch.Tensor, int, float, bool))]
 
-    def _with_feeds(self, feeds: Mapping[str, np.ndarray]) -> tuple[tuple, dict]:
+    def bind(self, tensors: Mapping[str, torch.Tensor]) -> tuple[tuple, dict]:
+        """The sample's args and kwargs with each tensor input replaced by ``tensors[name]``."""
         args, kwargs = list(self.args), dict(self.kwargs)
         for slot, name in self.slots:
-            if name not in feeds:
-                raise BadInputError(f"no value for input '{name}'; given {list(feeds)}")
+            if name not in tensors:
+                raise BadInputError(f"no value for input '{name}'; given {list(tensors)}")
             if isinstance(slot, int):
-                args[slot] = to_torch(feeds[name])
+                args[slot] = tensors[name]
             else:
-                kwargs[slot] = to_torch(feeds[name])
+                kwargs[slot] = tensors[name]
         return tuple(args), kwargs
+
+    def _with_feeds(self, feeds: Mapping[str, np.ndarray]) -> tuple[tuple, dict]:
+        return self.bind({n: to_torch(v) for n, v in feeds.items()})
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         if self._reference0 is not None and feeds is self.sample.feeds:
@@ -358,14 +344,30 @@ class _TensorsOnly(torch.nn.Module):
         self._source = source
 
     def forward(self, *tensors):
-        feeds = dict(zip((n for _, n in self._source.slots), tensors))
-        args, kwargs = list(self._source.args), dict(self._source.kwargs)
-        for (slot, name) in self._source.slots:
-            if isinstance(slot, int):
-                args[slot] = feeds[name]
-            else:
-                kwargs[slot] = feeds[name]
+        args, kwargs = self._source.bind(dict(zip((n for _, n in self._source.slots), tensors)))
         return self.inner(*args, **kwargs)
+
+
+def _load_file(path: Path, trust: bool) -> tuple[Any, str, str]:
+    """(ExportedProgram or module, kind label, description) for a torch file; pickles need ``trust``."""
+    kind = archives.kind(path)
+    if kind == "pt2":
+        pickled = archives.pt2_pickled_entries(path)
+        if pickled:
+            archives.require_trust(path, f"holds pickled objects ({pickled[0]})", trust)
+        program = _call(lambda: torch.export.load(str(path)), f"cannot load '{path}'")
+        return program, "torch.export .pt2", f"torch.export archive {path.name}"
+    if kind == "torchscript":
+        module = _call(lambda: torch.jit.load(str(path), map_location="cpu"), f"cannot load '{path}'")
+        return module, "TorchScript", f"TorchScript archive {path.name}"
+    archives.require_trust(path, "is a pickle written by torch.save", trust)
+    obj = _call(lambda: torch.load(path, map_location="cpu", weights_only=False), f"cannot unpickle '{path}'")
+    if isinstance(obj, Mapping):
+        raise BadInputError(f"'{path}' holds a state_dict, not a model: use a factory "
+                            "(module.py:function) that builds the model and loads it")
+    if not isinstance(obj, torch.nn.Module):
+        raise BadInputError(f"'{path}' holds a {type(obj).__name__}, not a torch.nn.Module")
+    return obj, "pickled nn.Module", f"pickled {type(obj).__name__} from {path.name}"
 
 
 def _call(fn, what: str):

@@ -110,12 +110,26 @@ def adapt(model: "onnx.ModelProto", opset: int) -> "onnx.ModelProto":
         out = onnx.version_converter.convert_version(model, opset)
     except Exception as exc:
         raise _explain(model, src, opset, exc) from None
+    _restore_external(model, out)
     if default_opset(out) != opset:
         raise UnsupportedError(f"onnx.version_converter returned opset {default_opset(out)}, not {opset}")
     from onnxbridge.builder import set_ir_version
 
     set_ir_version(out)
     return out
+
+
+def _restore_external(before: "onnx.ModelProto", after: "onnx.ModelProto") -> None:
+    """Re-attach external data references the converter dropped (onnx 1.17 loses data_location)."""
+    from onnx import TensorProto
+
+    refs = {t.name: t for t in before.graph.initializer if t.data_location == TensorProto.EXTERNAL}
+    for t in after.graph.initializer:
+        ref = refs.get(t.name)
+        if ref is not None and t.data_location != TensorProto.EXTERNAL and not t.raw_data:
+            del t.external_data[:]
+            t.external_data.extend(ref.external_data)
+            t.data_location = TensorProto.EXTERNAL
 
 
 def _explain(model: "onnx.ModelProto", src: int, dst: int, exc: Exception) -> UnsupportedError:

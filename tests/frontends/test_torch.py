@@ -74,8 +74,12 @@ def test_dynamo_below_18_delivers_exact_opset_or_names_the_node(models, tmp_path
     with pytest.raises(UnsupportedError, match=r"node '.+' \(\w+\) from opset 18 to 13"):
         onnxbridge.convert(model, args, output=out, opset=13, exporter="dynamo")
     assert not out.exists() and list(tmp_path.iterdir()) == []
-    result = onnxbridge.convert(model, args, output=out, opset=17, exporter="dynamo")
-    assert onnx.load(out).opset_import[0].version == 17 and result.report["status"] == "passed"
+    try:  # onnx >= 1.18 has the Resize 18 -> 17 adapter; onnx 1.17 (paddle2onnx's pin) does not
+        result = onnxbridge.convert(model, args, output=out, opset=17, exporter="dynamo")
+    except UnsupportedError as exc:
+        assert "(Resize) from opset 18 to 17" in str(exc) and not out.exists()
+    else:
+        assert onnx.load(out).opset_import[0].version == 17 and result.report["status"] == "passed"
 
 
 def test_dynamic_batch_from_a_batch_of_one(models, tmp_path):
