@@ -82,6 +82,10 @@ SOURCE_HELP = "a model file (.onnx, .pt2, .pt) or a factory 'file.py:function' /
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
               help="Shape (and dtype) of an input; creates seeded random sample inputs.")
 @click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:LABEL]", help="Make an axis dynamic.")
+@click.option("--input-name", "input_names", multiple=True, metavar="NAME",
+              help="Name the tensor inputs, in order (default: the forward() parameter names).")
+@click.option("--output-name", "output_names", multiple=True, metavar="NAME",
+              help="Name the outputs, in order (default: output, or output_0, output_1, ...).")
 @click.option("--exporter", type=click.Choice(["auto", "dynamo", "torchscript"]), default="auto",
               show_default=True, help="PyTorch exporter (auto: TorchScript below opset 18, else dynamo).")
 @click.option("--validate/--no-validate", default=True, show_default=True,
@@ -98,8 +102,8 @@ SOURCE_HELP = "a model file (.onnx, .pt2, .pt) or a factory 'file.py:function' /
 @click.option("--trust", is_flag=True, help="Allow loading pickles (can run arbitrary code).")
 @click.pass_context
 @handle_errors
-def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, exporter, validate, inputs,
-            precision, atol, rtol, seed, external_data, report, trust):
+def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_names, output_names, exporter,
+            validate, inputs, precision, atol, rtol, seed, external_data, report, trust):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file (.onnx, .pt2, TorchScript .pt) or a factory 'file.py:function' whose
@@ -108,7 +112,8 @@ def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, export
     from onnxbridge.spine import convert as run_convert
 
     result = run_convert(source, to=to, output=output, opset=opset, dynamic=list(dynamic), validate=validate,
-                         inputs=inputs, input_shapes=list(input_shapes), exporter=exporter, from_=from_,
+                         inputs=inputs, input_shapes=list(input_shapes), input_names=list(input_names) or None,
+                         output_names=list(output_names) or None, exporter=exporter, from_=from_,
                          trust=trust, precision=precision, atol=atol, rtol=rtol, seed=seed,
                          external_data=external_data, report=report, progress=_progress(ctx))
     rep = result.report

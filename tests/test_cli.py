@@ -76,8 +76,12 @@ def test_convert_prints_summary_and_writes_report(cli, tmp_path):
     assert res.exit_code == 0, res.output
     assert "wrote" in res.stdout and "status: passed" in res.stdout
     assert check_report(tmp_path / "r.json")["status"] == "passed"
-    quiet = cli("-q", "convert", f"{FACTORY}:lstm", "-o", tmp_path / "l2.onnx", "--opset", "17")
+    quiet = cli("-q", "convert", f"{FACTORY}:lstm", "-o", tmp_path / "l2.onnx", "--opset", "17",
+                "--input-name", "tokens", "--output-name", "tags", "--dynamic", "tokens:1:seq")
     assert quiet.exit_code == 0 and quiet.stdout == ""
+    model = onnx.load(tmp_path / "l2.onnx")
+    assert [i.name for i in model.graph.input] == ["tokens"] and [o.name for o in model.graph.output] == ["tags"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[1].dim_param == "seq"
 
 
 # Bad input: one line, exit 2, no traceback, nothing written ---------------------------------------
