@@ -193,6 +193,25 @@ def save_onnx(model: "onnx.ModelProto", path: str | Path, *, base_dir: str | Pat
     return [data_name] if written else []
 
 
+def detach_weights(model: "onnx.ModelProto", base_dir: Path | None, folder: Path) -> tuple["onnx.ModelProto", Path | None]:
+    """Move a model's inline weights to ``folder/weights.bin`` once, so that every later step
+    (adapting, shape inference, checking, copying) handles a small proto and the final write can
+    stream them. Returns the small model and where its external data now lives; a model that
+    already keeps weights outside is returned as is.
+    """
+    import onnx
+    from onnx import TensorProto
+
+    if any(t.data_location == TensorProto.EXTERNAL for t in iter_tensors(model)):
+        return model, base_dir
+    if not _externalize(model, None, folder / "weights.bin", "weights.bin"):
+        (folder / "weights.bin").unlink()
+        return model, base_dir
+    small = onnx.ModelProto()
+    small.CopyFrom(model)  # a fresh message, so the arena that held the weights can be freed
+    return small, folder
+
+
 def _check_skeleton(model: "onnx.ModelProto", folder: Path, check: Callable[[Path], None]) -> None:
     """Run ``check`` on the model with empty sparse stand-ins for its external files (no data read)."""
     from onnx import TensorProto

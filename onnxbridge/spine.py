@@ -124,7 +124,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     """
     from onnxbridge import builder
     from onnxbridge.backends import BACKENDS
-    from onnxbridge.fileio import load_onnx, save_onnx
+    from onnxbridge.fileio import detach_weights, load_onnx, save_onnx
     from onnxbridge.validation import Tolerance
 
     t0 = time.perf_counter()
@@ -154,21 +154,22 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
         rep["warnings"] += exported.warnings
         with steps.step("Building the ONNX model"):
             t = time.perf_counter()
+            model, base_dir = detach_weights(exported.model, exported.base_dir, scratch)
+            del exported.model
             try:
-                model, notes = builder.finalize(exported.model, opset=opset, source={
+                model, notes = builder.finalize(model, opset=opset, source={
                     "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
                     "exporter": exported.exporter})
             except UnsupportedError as exc:  # say what the export already tried
                 if not exported.notes:
                     raise
                 raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
-            del exported.model
             rep["notes"] += notes
             timings["build_s"] = time.perf_counter() - t
         dest = out_path or scratch / "model.onnx"
         with steps.step(f"Writing {dest.name}"):
             t = time.perf_counter()
-            files = save_onnx(model, dest, base_dir=exported.base_dir, external_data=external_data,
+            files = save_onnx(model, dest, base_dir=base_dir, external_data=external_data,
                               check=builder.check_file)
             timings["write_s"] = time.perf_counter() - t
         rep["artifact"] = _artifact(dest, to, model, files)
