@@ -162,6 +162,42 @@ def validate(ctx, source, converted, inputs, from_, input_shapes, precision, ato
 
 @cli.command()
 @click.argument("model", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the adapted model.")
+@click.option("--opset", type=click.IntRange(7, 30), required=True, help="Target default-domain opset.")
+@click.option("--check", "check_only", is_flag=True, help="List every blocker; write nothing.")
+@click.option("--validate/--no-validate", default=True, show_default=True,
+              help="Compare the adapted model with the original in onnxruntime.")
+@click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
+@click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
+@click.pass_context
+@handle_errors
+def adapt(ctx, model, output, opset, check_only, validate, inputs, report):
+    """Move MODEL (ONNX) to another opset, up or down, with unchanged numbers."""
+    from onnxbridge.errors import BadInputError
+
+    if check_only:
+        from onnxbridge.adapters import check
+
+        problems = check(model, opset)
+        for line in problems:
+            click.echo(line)
+        if not problems:
+            _console(ctx).print(f"{model} can move to opset {opset}")
+        ctx.exit(EXIT_BAD_INPUT if problems else EXIT_OK)
+    if output is None:
+        raise BadInputError("adapt needs -o OUTPUT (or --check)")
+    from onnxbridge.spine import convert as run_convert
+
+    result = run_convert(model, from_="onnx", output=output, opset=opset, validate=validate, inputs=inputs,
+                         report=report, progress=_progress(ctx))
+    console = _console(ctx)
+    art = result.report["artifact"]
+    console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']})")
+    _finish(ctx, result.report, console)
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 @handle_errors

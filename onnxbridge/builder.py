@@ -26,6 +26,7 @@ def required_ir_version(model: "onnx.ModelProto") -> int:
         ir = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
     except Exception:  # opset newer than the installed onnx knows
         ir = min(model.ir_version, MAX_IR_VERSION)
+    ir = max(ir, 4)  # IR 3 still requires every initializer to be a graph input
     if model.functions:
         ir = max(ir, 8)
     names = {onnx.TensorProto.DataType.Name(t.data_type) for t in iter_tensors(model)}

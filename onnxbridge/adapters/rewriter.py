@@ -1,0 +1,197 @@
+"""A graph being adapted: producer index, folded constants, element types and fresh names."""
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from onnxbridge.errors import UnsupportedError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+
+class Rewriter:
+    """Indexes one graph once; adapters read constants and types and create nodes through it."""
+
+    def __init__(self, graph: "onnx.GraphProto", types: dict, outer: "Rewriter | None" = None,
+                 touched: set[str] | None = None):
+        self.graph = graph
+        self.outer = outer
+        # value name -> ValueInfoProto / TensorProto from shape inference, or (elem_type, dims) for new values
+        self.types = types
+        self.touched = touched if touched is not None else set()  # inputs of rewritten nodes
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.new_initializers: list["onnx.TensorProto"] = []
+        self._producers: dict | None = None  # built on first use: most adaptations never need it
+        self._names: set[str] | None = None
+        self._counter = itertools.count()
+        self._consts: dict[str, Any] = {}
+        self._shared: dict[tuple, str] = {}
+
+    @property
+    def producers(self) -> dict:
+        if self._producers is None:
+            self._producers = {o: n for n in self.graph.node for o in n.output if o}
+        return self._producers
+
+    @property
+    def names(self) -> set[str]:
+        if self._names is None:
+            self._names = {*self.initializers, *self.producers, *(i.name for i in self.graph.input)}
+        return self._names
+
+    # reading ---------------------------------------------------------------------------------
+    def const(self, name: str) -> "np.ndarray | None":
+        """The value of ``name`` when it is an initializer or a Constant node's output, else None."""
+        import onnx
+        from onnx import numpy_helper
+
+        if not name:
+            return None
+        if name in self._consts:
+            return self._consts[name]
+        value = None
+        if name in self.initializers and not _is_graph_input(self.graph, name):
+            t = self.initializers[name]
+            if t.data_location != onnx.TensorProto.EXTERNAL:  # weights on disk are never folded
+                value = numpy_helper.to_array(t)
+        elif name in self.producers and self.producers[name].op_type == "Constant":
+            node = self.producers[name]
+            attr = node.attribute[0]
+            value = _constant_value(onnx.helper.get_attribute_value(attr), attr.name)
+        elif self.outer is not None and name not in self.names:
+            value = self.outer.const(name)
+        self._consts[name] = value
+        return value
+
+    def require_const(self, node: "onnx.NodeProto", index: int, what: str) -> "np.ndarray | None":
+        """Input ``index`` folded to a constant, or an UnsupportedError naming the node."""
+        if index >= len(node.input) or not node.input[index]:
+            return None
+        value = self.const(node.input[index])
+        if value is None:
+            raise UnsupportedError(f"node '{node.name}' ({node.op_type}): its {what} input '{node.input[index]}' "
+                                   "is computed at run time; an older opset needs it as a constant attribute")
+        return value
+
+    def _info(self, name: str) -> tuple[int, tuple | None] | None:
+        t = self.types.get(name)
+        if t is None or isinstance(t, tuple):
+            return t
+        if hasattr(t, "data_type"):  # TensorProto
+            info = (t.data_type, tuple(t.dims))
+        elif t.type.HasField("tensor_type"):
+            tt = t.type.tensor_type
+            dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                         for d in tt.shape.dim) if tt.HasField("shape") else None
+            info = (tt.elem_type, dims)
+        else:
+            info = None
+        self.types[name] = info
+        return info
+
+    def elem_type(self, name: str) -> int | None:
+        t = self._info(name)
+        return t[0] if t and t[0] else None
+
+    def shape(self, name: str) -> tuple | None:
+        t = self._info(name)
+        return t[1] if t else None
+
+    def rank(self, name: str) -> int | None:
+        dims = self.shape(name)
+        return None if dims is None else len(dims)
+
+    # writing ---------------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        names = self.names
+        while True:
+            name = f"{base}__{next(self._counter)}"
+            if name not in names:
+                names.add(name)
+                return name
+
+    def constant(self, value: "np.ndarray", base: str) -> str:
+        """An initializer holding ``value`` (shared with an equal one this adaptation made); its name."""
+        import numpy as np
+        from onnx import numpy_helper
+
+        value = np.asarray(value)
+        key = (value.dtype.str, value.shape, value.tobytes())
+        root = self
+        while root.outer is not None:  # share across subgraphs through the main graph
+            root = root.outer
+        name = root._shared.get(key)
+        if name is None:
+            name = root.fresh(base)
+            root.new_initializers.append(numpy_helper.from_array(value, name))
+            root._consts[name] = value
+            root._shared[key] = name
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: list[str] | None = None, *, name: str | None = None,
+             like: str | None = None, **attrs) -> "onnx.NodeProto":
+        """A new node; outputs get fresh names; ``like`` copies a value's type info to each output."""
+        import onnx
+
+        base = name or op
+        outputs = outputs or [self.fresh(f"{base}_out")]
+        node = onnx.helper.make_node(op, inputs, outputs, name=self.fresh(base), **attrs)
+        if like is not None and self._info(like) is not None:
+            for o in outputs:
+                self.types.setdefault(o, self._info(like))
+        return node
+
+
+def _is_graph_input(graph, name: str) -> bool:
+    return any(i.name == name for i in graph.input)
+
+
+def _constant_value(value, attr: str) -> "np.ndarray":
+    import numpy as np
+    from onnx import numpy_helper
+
+    if attr == "value":
+        return numpy_helper.to_array(value)
+    if attr in ("value_float", "value_int", "value_string"):
+        return np.array(value, dtype={"value_float": np.float32, "value_int": np.int64}.get(attr, object))
+    if attr in ("value_floats", "value_ints", "value_strings"):
+        return np.array(list(value), dtype={"value_floats": np.float32, "value_ints": np.int64}.get(attr, object))
+    raise UnsupportedError(f"Constant with '{attr}' cannot be folded")
+
+
+def get_attr(node: "onnx.NodeProto", name: str, default: Any = None) -> Any:
+    import onnx
+
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def set_attr(node: "onnx.NodeProto", name: str, value: Any) -> None:
+    import onnx
+
+    drop_attr(node, name)
+    node.attribute.append(onnx.helper.make_attribute(name, value))
+
+
+def drop_attr(node: "onnx.NodeProto", *names: str) -> None:
+    keep = [a for a in node.attribute if a.name not in names]
+    del node.attribute[:]
+    node.attribute.extend(keep)
+
+
+def set_input(node: "onnx.NodeProto", index: int, name: str) -> None:
+    """Set input ``index``, padding skipped optional inputs with ''."""
+    while len(node.input) <= index:
+        node.input.append("")
+    node.input[index] = name
+    while node.input and not node.input[-1]:
+        node.input.pop()
+
+
+def refuse(message: str) -> None:
+    """Raise the error a rewrite gives when a feature has no equivalent (the engine adds node and opset)."""
+    raise UnsupportedError(message)
