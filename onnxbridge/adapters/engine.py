@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from onnxbridge.adapters import schema
 from onnxbridge.adapters.registry import DOWN, UP, load_rules
-from onnxbridge.adapters.rewriter import Rewriter
+from onnxbridge.adapters.rewriter import Rewriter, read_names
 from onnxbridge.errors import UnsupportedError
 
 if TYPE_CHECKING:
@@ -111,21 +111,9 @@ def convert(model: "onnx.ModelProto", target: int, *, collect: bool = False) -> 
     return out, sink.problems
 
 
-def _used_names(graph: "onnx.GraphProto") -> set[str]:
-    """Every value name a node reads, in this graph and its subgraphs."""
-    used: set[str] = set()
-    for node in graph.node:
-        used.update(node.input)
-        for attr in node.attribute:
-            if attr.type in _GRAPH_ATTRS:
-                for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    used |= _used_names(g)
-    return used
-
-
 def _drop_orphans(graph: "onnx.GraphProto", touched: set[str]) -> None:
     """Remove initializers a rewrite stopped using (an axes input that became an attribute)."""
-    used = _used_names(graph) | {o.name for o in graph.output}
+    used = read_names(graph) | {o.name for o in graph.output}
     keep = [t for t in graph.initializer if t.name in used or t.name not in touched]
     if len(keep) != len(graph.initializer):
         del graph.initializer[:]

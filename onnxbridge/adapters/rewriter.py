@@ -25,6 +25,7 @@ class Rewriter:
         self.new_initializers: list["onnx.TensorProto"] = []
         self._producers: dict | None = None  # built on first use: most adaptations never need it
         self._names: set[str] | None = None
+        self._consumed: set[str] | None = None
         self._counter = itertools.count()
         self._consts: dict[str, Any] = {}
         self._shared: dict[tuple, str] = {}
@@ -40,6 +41,12 @@ class Rewriter:
         if self._names is None:
             self._names = {*self.initializers, *self.producers, *(i.name for i in self.graph.input)}
         return self._names
+
+    def unused(self, name: str) -> bool:
+        """True when nothing reads ``name``: no node here or in a subgraph, and no graph output."""
+        if self._consumed is None:
+            self._consumed = read_names(self.graph) | {o.name for o in self.graph.output}
+        return name not in self._consumed and (self.outer is None or self.outer.unused(name))
 
     # reading ---------------------------------------------------------------------------------
     def const(self, name: str) -> "np.ndarray | None":
@@ -138,6 +145,8 @@ class Rewriter:
         base = name or op
         outputs = outputs or [self.fresh(f"{base}_out")]
         node = onnx.helper.make_node(op, inputs, outputs, name=self.fresh(base), **attrs)
+        if self._consumed is not None:
+            self._consumed.update(inputs)
         if like is not None and self._info(like) is not None:
             for o in outputs:
                 self.types.setdefault(o, self._info(like))
@@ -159,6 +168,18 @@ def _constant_value(value, attr: str) -> "np.ndarray":
     if attr in ("value_floats", "value_ints", "value_strings"):
         return np.array(list(value), dtype={"value_floats": np.float32, "value_ints": np.int64}.get(attr, object))
     raise UnsupportedError(f"Constant with '{attr}' cannot be folded")
+
+
+def read_names(graph: "onnx.GraphProto") -> set[str]:
+    """Every value name a node reads, in this graph and its subgraphs."""
+    used: set[str] = set()
+    for node in graph.node:
+        used.update(node.input)
+        for attr in node.attribute:
+            if attr.type in (5, 10):  # GRAPH, GRAPHS
+                for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    used |= read_names(g)
+    return used
 
 
 def get_attr(node: "onnx.NodeProto", name: str, default: Any = None) -> Any:

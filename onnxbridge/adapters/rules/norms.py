@@ -62,8 +62,15 @@ def batchnorm_down_15(node, rw):
             refuse(f"scale/B of type {kind} with an input of another type")
 
 
+def _drop_unused_mask(node, rw) -> bool:
+    """Remove a mask output nothing reads; True when the node has no mask left."""
+    if len(node.output) > 1 and node.output[1] and rw.unused(node.output[1]):
+        del node.output[1:]
+    return len(node.output) < 2 or not node.output[1]
+
+
 def _cast_mask(node, rw, to: int):
-    if len(node.output) < 2 or not node.output[1]:
+    if _drop_unused_mask(node, rw):
         return None
     mask = node.output[1]
     node.output[1] = rw.fresh(f"{node.name}_mask")
@@ -87,8 +94,8 @@ def dropout_down_10(node, rw):
     return _cast_mask(node, rw, onnx.TensorProto.BOOL)
 
 
-def _no_mask_across_12(node):
-    if len(node.output) > 1 and node.output[1]:
+def _no_mask_across_12(node, rw):
+    if not _drop_unused_mask(node, rw):
         refuse("the mask output (its inference value is all true from opset 12, unspecified before: "
                "onnxruntime gives all false)")
 
@@ -96,7 +103,7 @@ def _no_mask_across_12(node):
 @up("Dropout", 12)
 def dropout_up_12(node, rw):
     """The ``ratio`` attribute became an input."""
-    _no_mask_across_12(node)
+    _no_mask_across_12(node, rw)
     ratio = get_attr(node, "ratio")
     drop_attr(node, "ratio")
     if ratio is not None:
@@ -110,7 +117,7 @@ def dropout_down_12(node, rw):
     training = rw.require_const(node, 2, "training_mode")
     if training is not None and bool(np.asarray(training).ravel()[0]):
         refuse("training_mode=true")
-    _no_mask_across_12(node)
+    _no_mask_across_12(node, rw)
     del node.input[1:]
     drop_attr(node, "seed")
     if ratio is not None:
