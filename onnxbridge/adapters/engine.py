@@ -240,6 +240,10 @@ def _check_types(node, op: str, version: int, changed_at: int, rw: Rewriter) -> 
     bound: dict[str, int] = {}
     for outputs, names in ((False, node.input), (True, node.output)):
         for i, name in enumerate(names):
+            kind = rw.kind(name) if name else None
+            if kind and not schema.takes_kind(op, version, i, kind, output=outputs):
+                raise UnsupportedError(f"{_label(node)}: {op}-{version} does not take {kind} values",
+                                       hint=f"keep opset {'>=' if changed_at > version else '<'} {changed_at}")
             et = rw.elem_type(name) if name else None
             if not et:
                 continue

@@ -95,8 +95,17 @@ class Rewriter:
             info = (tt.elem_type, dims)
         else:
             info = None
-        self.types[name] = info
+        if info is not None:
+            self.types[name] = info
         return info
+
+    def kind(self, name: str) -> str | None:
+        """"seq" or "optional" for a non-tensor value shape inference knows, else None."""
+        t = self.types.get(name)
+        if t is None or isinstance(t, tuple) or hasattr(t, "data_type"):
+            return None
+        which = t.type.WhichOneof("value")
+        return {"sequence_type": "seq", "optional_type": "optional"}.get(which)
 
     def elem_type(self, name: str) -> int | None:
         t = self._info(name)

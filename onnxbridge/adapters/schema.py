@@ -128,3 +128,14 @@ def type_var(op: str, version: int, index: int, *, output: bool = False) -> str 
         return None
     type_str = params[min(index, len(params) - 1)].type_str
     return type_str if type_str in _allowed(op, version) else None
+
+
+def takes_kind(op: str, version: int, index: int, kind: str, *, output: bool = False) -> bool:
+    """Whether an input/output may be a ``kind`` ("seq" or "optional") value in ``op``-``version``."""
+    s = schema(op, version)
+    params = s.outputs if output else s.inputs
+    if not params:
+        return True
+    type_str = params[min(index, len(params) - 1)].type_str
+    allowed = _allowed(op, version).get(type_str, frozenset([type_str]))
+    return any(t.startswith(f"{kind}(") for t in allowed)
