@@ -49,9 +49,12 @@ def handle_errors(fn):
 
 
 def _console(ctx: click.Context):
+    """A rich console for results, or None with --quiet (rich is then never imported)."""
+    if ctx.find_root().params.get("quiet", False):
+        return None
     from rich.console import Console
 
-    return Console(quiet=ctx.find_root().params.get("quiet", False))
+    return Console()
 
 
 def _progress(ctx: click.Context) -> bool:
@@ -118,19 +121,21 @@ def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_
                          external_data=external_data, report=report, progress=_progress(ctx))
     rep = result.report
     console = _console(ctx)
-    art = rep["artifact"]
-    console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} bytes"
-                  + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "") + ")")
+    if console is not None:
+        art = rep["artifact"]
+        console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} bytes"
+                      + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "") + ")")
     _finish(ctx, rep, console)
 
 
 def _finish(ctx, rep: dict, console) -> None:
     from onnxbridge import report as reports
 
-    reports.render(rep, console)
-    for line in rep["notes"]:
-        console.print(f"[dim]note: {line}[/]")
-    console.print(f"status: [bold]{rep['status']}[/]")
+    if console is not None:
+        reports.render(rep, console)
+        for line in rep["notes"]:
+            console.print(f"[dim]note: {line}[/]")
+        console.print(f"status: [bold]{rep['status']}[/]")
     if rep["status"] == "failed":
         _stderr(f"error: {reports.failure_summary(rep)}")
         ctx.exit(EXIT_FAILED)
@@ -181,8 +186,9 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report):
         problems = check(model, opset)
         for line in problems:
             click.echo(line)
-        if not problems:
-            _console(ctx).print(f"{model} can move to opset {opset}")
+        console = _console(ctx)
+        if not problems and console is not None:
+            console.print(f"{model} can move to opset {opset}")
         ctx.exit(EXIT_BAD_INPUT if problems else EXIT_OK)
     if output is None:
         raise BadInputError("adapt needs -o OUTPUT (or --check)")
@@ -191,8 +197,9 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report):
     result = run_convert(model, from_="onnx", output=output, opset=opset, validate=validate, inputs=inputs,
                          report=report, progress=_progress(ctx))
     console = _console(ctx)
-    art = result.report["artifact"]
-    console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']})")
+    if console is not None:
+        art = result.report["artifact"]
+        console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']})")
     _finish(ctx, result.report, console)
 
 
@@ -213,7 +220,9 @@ def inspect(ctx, model, as_json):
     else:
         from onnxbridge.inspection import render
 
-        render(info, _console(ctx))
+        console = _console(ctx)
+        if console is not None:
+            render(info, console)
 
 
 @cli.command()
@@ -237,6 +246,8 @@ def doctor(ctx, as_json):
 
     env = info["environment"]
     console = _console(ctx)
+    if console is None:
+        return
     console.print(f"onnxbridge {env['onnxbridge']}, Python {env['python']}, {env['platform']}, "
                   + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
     table = Table("kind", "name", "status", "versions", "what")

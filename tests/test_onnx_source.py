@@ -131,3 +131,21 @@ def test_local_functions_survive_adaptation():
 def test_opset_outside_what_onnx_knows():
     with pytest.raises(UnsupportedError, match="outside"):
         adapters.adapt(_softmax_model(-1), 99)
+
+
+def test_adapt_command(tmp_path, cli):
+    src = tmp_path / "sm.onnx"
+    onnx.save(_softmax_model(axis=1), src)
+    res = cli("adapt", src, "-o", tmp_path / "sm7.onnx", "--opset", "7", "--report", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    rep = check_report(tmp_path / "r.json")
+    assert rep["status"] == "passed" and rep["artifact"]["opset"] == 7
+    assert [n.op_type for n in onnx.load(tmp_path / "sm7.onnx").graph.node] == ["Transpose", "Softmax", "Transpose"]
+    assert cli("-q", "adapt", src, "--opset", "11", "--check").exit_code == 0
+    blocked = _softmax_model(axis=-1, opset=13)
+    blocked.graph.node.insert(0, helper.make_node("ArgMax", ["x"], ["a"], name="am", select_last_index=1))
+    blocked.graph.output.append(helper.make_tensor_value_info("a", TensorProto.INT64, None))
+    onnx.save(blocked, tmp_path / "b.onnx")
+    res = cli("adapt", tmp_path / "b.onnx", "--opset", "11", "--check")
+    assert res.exit_code == 2 and "'am' (ArgMax)" in res.stdout
+    assert not (tmp_path / "b11.onnx").exists()

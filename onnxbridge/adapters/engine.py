@@ -7,6 +7,7 @@ model-local functions are inlined first.
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from onnxbridge.adapters import schema
@@ -161,9 +162,20 @@ def _carry(nodes: list["onnx.NodeProto"], at: int, dst: int, rw: Rewriter) -> li
     return [m for n in nodes for m in _node(n, at, dst, rw)]
 
 
+@functools.lru_cache(maxsize=None)
+def _later(op: str, v: int, dst: int) -> tuple[int, ...]:
+    return tuple(x for x in schema.versions(op) if v < x <= dst)
+
+
+@functools.lru_cache(maxsize=None)
+def _earlier(op: str, v: int) -> int | None:
+    found = [x for x in schema.versions(op) if x < v]
+    return found[-1] if found else None
+
+
 def _up(node, v: int, dst: int, rw: Rewriter):
     op = node.op_type
-    for nv in [x for x in schema.versions(op) if v < x <= dst]:
+    for nv in _later(op, v, dst):
         rewrite = UP.get((op, nv))
         if nv == schema.removed_at(op):
             if rewrite is None:
@@ -188,14 +200,13 @@ def _down(node, v: int, dst: int, rw: Rewriter):
         target = schema.version_at(op, dst)
         if target == v:
             return [node]
-        earlier = [x for x in schema.versions(op) if x < v]
+        prev = _earlier(op, v)
         rewrite = DOWN.get((op, v))
-        if not earlier or target is None and v == schema.first_version(op):
+        if prev is None or target is None and v == schema.first_version(op):
             if rewrite is None:
                 raise UnsupportedError(f"{_label(node)}: {op} first appears in opset {v} and has no "
                                        "decomposition for earlier opsets", hint=f"keep opset >= {v}")
             return _carry(_apply(rewrite, node, rw, v, up=False), v - 1, dst, rw)
-        prev = earlier[-1]
         if rewrite is None:
             if schema.additive(op, prev, v) and not schema.same_signature(op, prev, v):
                 _check_features(node, op, prev, v)

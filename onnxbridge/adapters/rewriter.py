@@ -108,8 +108,16 @@ class Rewriter:
         return {"sequence_type": "seq", "optional_type": "optional"}.get(which)
 
     def elem_type(self, name: str) -> int | None:
-        t = self._info(name)
-        return t[0] if t and t[0] else None
+        t = self.types.get(name)
+        if t is None:
+            return None
+        if isinstance(t, tuple):
+            et = t[0]
+        elif hasattr(t, "data_type"):
+            et = t.data_type
+        else:
+            et = t.type.tensor_type.elem_type if t.type.HasField("tensor_type") else None
+        return et or None
 
     def shape(self, name: str) -> tuple | None:
         t = self._info(name)
