@@ -56,19 +56,56 @@ class LazyTypes(dict):
     def __init__(self, model: "onnx.ModelProto"):
         super().__init__()
         self._model = model.SerializeToString()  # as it was before any rewrite
-
-    def _fill(self) -> None:
-        if self._model is not None:
-            model, self._model = self._model, None
-            for name, value in value_types(model).items():
-                self.setdefault(name, value)
+        self._present: frozenset | None = None
+        self._steps: dict[tuple, bool] = {}
 
     def get(self, name, default=None):
-        self._fill()
+        if self._model is not None:
+            model, self._model = self._model, None
+            for key, value in value_types(model).items():
+                self.setdefault(key, value)
+            self.get = super().get  # from now on, plain dict lookups
         return super().get(name, default)
 
+    def present(self) -> frozenset:
+        """Element types (ints) and kinds ("seq", "optional") that occur anywhere in the model."""
+        if self._present is None:
+            self.get("")
+            found = set()
+            for value in self.values():
+                if isinstance(value, tuple):
+                    found.add(value[0])
+                elif hasattr(value, "data_type"):
+                    found.add(value.data_type)
+                else:
+                    which = value.type.WhichOneof("value")
+                    if which == "tensor_type":
+                        found.add(value.type.tensor_type.elem_type)
+                    else:
+                        found.update(("seq", "optional"))  # inner types unknown here: check such steps
+            self._present = frozenset(found)
+        return self._present
+
+    def step_needs_check(self, op: str, newer: int, older: int) -> bool:
+        """Whether any node of ``op`` could fail the type check moving ``newer`` -> ``older``: some
+        type the model uses is allowed by ``newer`` and not ``older``, or type variables merge."""
+        key = (op, newer, older)
+        if key not in self._steps:
+            present = self.present()
+            need = False
+            for output in (False, True):
+                new, old = schema.params(op, newer, output), schema.params(op, older, output)
+                for i, (var, elems, kinds) in enumerate(new):
+                    ovar, oelems, okinds = old[min(i, len(old) - 1)] if old else (None, elems, kinds)
+                    need |= bool((elems - oelems) & present) or bool((kinds - okinds) & present)
+                old_vars = [p[0] for p in old]
+                new_vars = [p[0] for p in new[:len(old)]]
+                need |= len(set(old_vars)) < len(set(new_vars))
+            self._steps[key] = need
+        return self._steps[key]
+
     def __contains__(self, name) -> bool:
-        self._fill()
+        self.get(name)
         return super().__contains__(name)
 
 
@@ -185,7 +222,8 @@ def _up(node, v: int, dst: int, rw: Rewriter):
         if rewrite is None:
             if not (schema.same_signature(op, v, nv) or schema.additive(op, v, nv)):
                 raise UnsupportedError(f"{_label(node)}: no adapter for {op} {v} -> {nv}", hint=f"keep opset < {nv}")
-            _check_types(node, op, nv, nv, rw)  # an output type may have changed (Dropout 10's bool mask)
+            if schema.types_narrowed(op, v, nv):  # e.g. Dropout 10's mask became bool
+                _check_types(node, op, nv, nv, rw)
         else:
             result = _apply(rewrite, node, rw, nv, up=True)
             if result is not None:
@@ -212,12 +250,14 @@ def _down(node, v: int, dst: int, rw: Rewriter):
                 _check_features(node, op, prev, v)
             elif not schema.same_signature(op, prev, v):
                 raise UnsupportedError(f"{_label(node)}: no adapter for {op} {v} -> {prev}", hint=f"keep opset >= {v}")
-            _check_types(node, op, prev, v, rw)
+            if schema.types_narrowed(op, v, prev) and _step_needs_check(rw, op, v, prev):
+                _check_types(node, op, prev, v, rw)
         else:
             result = _apply(rewrite, node, rw, v, up=False)
             if result is not None:
                 return _carry(result, v - 1, dst, rw)
-            _check_types(node, op, prev, v, rw)
+            if schema.types_narrowed(op, v, prev) and _step_needs_check(rw, op, v, prev):
+                _check_types(node, op, prev, v, rw)
         v = prev
 
 
@@ -243,27 +283,43 @@ def _check_features(node, op: str, prev: int, v: int) -> None:
                                hint=f"keep opset >= {v}")
 
 
+def _step_needs_check(rw: Rewriter, op: str, newer: int, older: int) -> bool:
+    types = rw.types
+    return types.step_needs_check(op, newer, older) if isinstance(types, LazyTypes) else True
+
+
 def _check_types(node, op: str, version: int, changed_at: int, rw: Rewriter) -> None:
     """Every known input/output type must be allowed by ``op``-``version``, and inputs/outputs that
     share a type variable there must agree (BatchNormalization 15 -> 14 with fp16 X and fp32 scale)."""
-    import onnx
-
     bound: dict[str, int] = {}
     for outputs, names in ((False, node.input), (True, node.output)):
+        table = schema.params(op, version, outputs)
+        if not table:
+            continue
+        last = len(table) - 1
         for i, name in enumerate(names):
-            kind = rw.kind(name) if name else None
-            if kind and not schema.takes_kind(op, version, i, kind, output=outputs):
-                raise UnsupportedError(f"{_label(node)}: {op}-{version} does not take {kind} values",
-                                       hint=f"keep opset {'>=' if changed_at > version else '<'} {changed_at}")
-            et = rw.elem_type(name) if name else None
+            if not name:
+                continue
+            kind, et = rw.value_type(name)
+            var, elems, kinds = table[i if i < last else last]
+            if kind and kind not in kinds:
+                _type_error(node, op, version, changed_at, f"{kind} values")
             if not et:
                 continue
-            kind = onnx.helper.tensor_dtype_to_string(et).replace("TensorProto.", "").lower()
-            if not schema.type_allowed(op, version, i, et, output=outputs):
-                raise UnsupportedError(f"{_label(node)}: {op}-{version} does not take {kind} "
-                                       f"({'output' if outputs else 'input'} {i})",
-                                       hint=f"keep opset {'>=' if changed_at > version else '<'} {changed_at}")
-            var = schema.type_var(op, version, i, output=outputs)
+            if et not in elems:
+                _type_error(node, op, version, changed_at, _type_name(et), i, outputs)
             if var is not None and bound.setdefault(var, et) != et:
                 raise UnsupportedError(f"{_label(node)}: {op}-{version} needs the same type for every {var}, "
                                        f"here mixed", hint=f"keep opset >= {changed_at}")
+
+
+def _type_name(et: int) -> str:
+    import onnx
+
+    return onnx.helper.tensor_dtype_to_string(et).replace("TensorProto.", "").lower()
+
+
+def _type_error(node, op, version, changed_at, what, index=None, output=False):
+    where = f" ({'output' if output else 'input'} {index})" if index is not None else ""
+    raise UnsupportedError(f"{_label(node)}: {op}-{version} does not take {what}{where}",
+                           hint=f"keep opset {'>=' if changed_at > version else '<'} {changed_at}")

@@ -26,6 +26,7 @@ class Rewriter:
         self._producers: dict | None = None  # built on first use: most adaptations never need it
         self._names: set[str] | None = None
         self._consumed: set[str] | None = None
+        self._value_types: dict[str, tuple] = {}
         self._counter = itertools.count()
         self._consts: dict[str, Any] = {}
         self._shared: dict[tuple, str] = {}
@@ -99,25 +100,30 @@ class Rewriter:
             self.types[name] = info
         return info
 
+    def value_type(self, name: str) -> tuple[str | None, int | None]:
+        """(kind, element type) of a value: kind is "seq"/"optional" for those, else None; None if unknown."""
+        found = self._value_types.get(name)
+        if found is None:
+            t = self.types.get(name)
+            if t is None:
+                found = (None, None)
+            elif isinstance(t, tuple):
+                found = (None, t[0] or None)
+            elif hasattr(t, "data_type"):
+                found = (None, t.data_type or None)
+            else:
+                which = t.type.WhichOneof("value")
+                kind = {"sequence_type": "seq", "optional_type": "optional"}.get(which)
+                et = t.type.tensor_type.elem_type if which == "tensor_type" else None
+                found = (kind, et or None)
+            self._value_types[name] = found
+        return found
+
     def kind(self, name: str) -> str | None:
-        """"seq" or "optional" for a non-tensor value shape inference knows, else None."""
-        t = self.types.get(name)
-        if t is None or isinstance(t, tuple) or hasattr(t, "data_type"):
-            return None
-        which = t.type.WhichOneof("value")
-        return {"sequence_type": "seq", "optional_type": "optional"}.get(which)
+        return self.value_type(name)[0]
 
     def elem_type(self, name: str) -> int | None:
-        t = self.types.get(name)
-        if t is None:
-            return None
-        if isinstance(t, tuple):
-            et = t[0]
-        elif hasattr(t, "data_type"):
-            et = t.data_type
-        else:
-            et = t.type.tensor_type.elem_type if t.type.HasField("tensor_type") else None
-        return et or None
+        return self.value_type(name)[1]
 
     def shape(self, name: str) -> tuple | None:
         t = self._info(name)
@@ -216,6 +222,8 @@ def set_attr(node: "onnx.NodeProto", name: str, value: Any) -> None:
 
 
 def drop_attr(node: "onnx.NodeProto", *names: str) -> None:
+    if not any(a.name in names for a in node.attribute):
+        return
     keep = [a for a in node.attribute if a.name not in names]
     del node.attribute[:]
     node.attribute.extend(keep)

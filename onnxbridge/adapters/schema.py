@@ -139,3 +139,35 @@ def takes_kind(op: str, version: int, index: int, kind: str, *, output: bool = F
     type_str = params[min(index, len(params) - 1)].type_str
     allowed = _allowed(op, version).get(type_str, frozenset([type_str]))
     return any(t.startswith(f"{kind}(") for t in allowed)
+
+
+@functools.lru_cache(maxsize=None)
+def types_narrowed(op: str, old: int, new: int) -> bool:
+    """True when some input or output of ``new`` no longer allows a type that ``old`` allowed."""
+    a, b = schema(op, old), schema(op, new)
+    allowed_a, allowed_b = _allowed(op, old), _allowed(op, new)
+    for pa, pb in [*zip(a.inputs, b.inputs), *zip(a.outputs, b.outputs)]:
+        ta = allowed_a.get(pa.type_str, frozenset([pa.type_str]))
+        tb = allowed_b.get(pb.type_str, frozenset([pb.type_str]))
+        if not ta <= tb:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def params(op: str, version: int, output: bool) -> tuple[tuple[str | None, frozenset, frozenset], ...]:
+    """Per formal input (or output): (type variable or None, allowed tensor element types as ints,
+    allowed non-tensor kinds {"seq", "optional"}). The last entry repeats for variadic parameters."""
+    import onnx
+
+    by_name = {onnx.TensorProto.DataType.Name(v).lower(): v for v in onnx.TensorProto.DataType.values() if v}
+    s = schema(op, version)
+    table = []
+    for p in (s.outputs if output else s.inputs):
+        allowed = _allowed(op, version).get(p.type_str)
+        var = p.type_str if allowed is not None else None
+        allowed = allowed if allowed is not None else frozenset([p.type_str])
+        elems = frozenset(by_name[t[7:-1]] for t in allowed if t.startswith("tensor(") and t[7:-1] in by_name)
+        kinds = frozenset(k for k in ("seq", "optional") if any(t.startswith(f"{k}(") for t in allowed))
+        table.append((var, elems, kinds))
+    return tuple(table)

@@ -28,9 +28,11 @@ def transpose_op_transpose(node, rw):
     rank = rw.rank(node.input[0])
     if rank is None:
         refuse("the input rank is unknown, so the axis cannot be moved last")
-    axis = get_attr(node, "axis", -1) % max(rank, 1)
+    given = get_attr(node, "axis", -1)
+    axis = given % max(rank, 1)
     if axis == rank - 1:
-        set_attr(node, "axis", rank - 1)
+        if given != axis:  # the default before 13 is 1, and negative axes need 11
+            set_attr(node, "axis", axis)
         return None
     perm = list(range(rank))
     perm[axis], perm[-1] = perm[-1], perm[axis]
