@@ -11,6 +11,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from onnxbridge.adapters import schema
+from onnxbridge.adapters.folding import ConstantFolder
 from onnxbridge.adapters.registry import DOWN, UP, load_rules
 from onnxbridge.adapters.rewriter import Rewriter, read_names
 from onnxbridge.errors import UnsupportedError
@@ -55,7 +56,8 @@ class LazyTypes(dict):
 
     def __init__(self, model: "onnx.ModelProto"):
         super().__init__()
-        self._model = model.SerializeToString()  # as it was before any rewrite
+        self.source = model.SerializeToString()  # the model as it was before any rewrite
+        self._model = self.source
         self._present: frozenset | None = None
         self._steps: dict[tuple, bool] = {}
 
@@ -140,7 +142,8 @@ def convert(model: "onnx.ModelProto", target: int, *, collect: bool = False) -> 
     types = LazyTypes(out)
     sink = Collector(collect)
     touched: set[str] = set()
-    _graph(out.graph, src, target, types, None, sink, touched)
+    folder = ConstantFolder(types.source, src, lambda name: Rewriter(out.graph, types).shape(name))
+    _graph(out.graph, src, target, types, None, sink, touched, folder)
     if touched:
         _drop_orphans(out.graph, touched)
     for imp in out.opset_import:
@@ -159,8 +162,8 @@ def _drop_orphans(graph: "onnx.GraphProto", touched: set[str]) -> None:
 
 
 def _graph(graph: "onnx.GraphProto", src: int, dst: int, types, outer: Rewriter | None, sink: Collector,
-           touched: set[str]) -> None:
-    rw = Rewriter(graph, types, outer, touched)
+           touched: set[str], folder: ConstantFolder | None = None) -> None:
+    rw = Rewriter(graph, types, outer, touched, folder)
     nodes = []
     for node in graph.node:
         for attr in node.attribute:

@@ -15,9 +15,10 @@ class Rewriter:
     """Indexes one graph once; adapters read constants and types and create nodes through it."""
 
     def __init__(self, graph: "onnx.GraphProto", types: dict, outer: "Rewriter | None" = None,
-                 touched: set[str] | None = None):
+                 touched: set[str] | None = None, folder=None):
         self.graph = graph
         self.outer = outer
+        self.folder = folder  # folds computed constants of the main graph (adapters.folding)
         # value name -> ValueInfoProto / TensorProto from shape inference, or (elem_type, dims) for new values
         self.types = types
         self.touched = touched if touched is not None else set()  # inputs of rewritten nodes
@@ -70,6 +71,8 @@ class Rewriter:
             value = _constant_value(onnx.helper.get_attribute_value(attr), attr.name)
         elif self.outer is not None and name not in self.names:
             value = self.outer.const(name)
+        elif self.folder is not None:
+            value = self.folder.value(name)
         self._consts[name] = value
         return value
 

@@ -123,3 +123,22 @@ def test_walk_is_linear():
     adapters.adapt(up, 11)
     t_down = time.perf_counter() - t
     assert t_up < 5 and t_down < 5, (t_up, t_down)  # generous for a loaded CI machine; see benchmarks/
+
+
+def test_computed_axes_are_folded_before_downgrading():
+    """axes = Concat(Constant, Sub(Size(Shape(x)), 1)): known before run time, so ReduceMean-18 -> 17 works."""
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    nodes = [
+        helper.make_node("Constant", [], ["first"], value=numpy_helper.from_array(np.array([0], np.int64))),
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Size", ["shape"], ["rank0"]),
+        helper.make_node("Unsqueeze", ["rank0", "zero_axis"], ["rank"]),
+        helper.make_node("Sub", ["rank", "one"], ["last"]),
+        helper.make_node("Concat", ["first", "last"], ["axes"], axis=0),
+        helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0, name="mean"),
+    ]
+    inits = [one, numpy_helper.from_array(np.array([0], np.int64), "zero_axis")]
+    m = model(nodes, [("x", F, [2, 3, 4])], [("y", F, [3])], 18, inits)
+    out = roundtrip(m, 13, {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32)})
+    mean = next(n for n in out.graph.node if n.op_type == "ReduceMean")
+    assert list(next(a for a in mean.attribute if a.name == "axes").ints) == [0, 2]
