@@ -9,7 +9,7 @@ from onnx import helper
 
 from onnxbridge.adapters import engine
 from onnxbridge.errors import UnsupportedError
-from tests.adapters.helpers import model, roundtrip
+from tests.adapters.helpers import model, roundtrip, run
 
 F32, F16 = 1e-4, 1e-2
 TYPES = [(T.FLOAT, np.float32, F32), (T.FLOAT16, np.float16, F16)]
@@ -163,3 +163,19 @@ def test_bfloat16_gelu_refused_where_erf_lacks_it():
     """Decomposed nodes keep their types, so steps further down still check them (Div and Erf take bf16 from 13)."""
     with pytest.raises(UnsupportedError, match="does not take bfloat16"):
         engine.convert(unary("Gelu", 20, T.BFLOAT16), 12)
+
+
+@pytest.mark.parametrize("dst", [22, 18, 13])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_rms_normalization_below_23(dst, axis):
+    """RMSNormalization-23 runs nowhere here (onnxruntime stops at 23 without it), so compare with the formula."""
+    from onnxbridge.adapters import engine
+
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    scale = np.random.default_rng(2).standard_normal((3, 4) if axis == 1 else (4,)).astype(np.float32)
+    node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=1e-5, name="n")
+    m = model([node], [("x", T.FLOAT, [2, 3, 4]), ("scale", T.FLOAT, list(scale.shape))], [("y", T.FLOAT, [2, 3, 4])], 23)
+    out, _ = engine.convert(m, dst)
+    axes = tuple(range(axis % 3, 3))
+    want = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + 1e-5) * scale
+    np.testing.assert_allclose(run(out, {"x": x, "scale": scale})[0], want, atol=1e-5)

@@ -61,6 +61,36 @@ def layer_norm_down(node, rw):
     return nodes
 
 
+@down("RMSNormalization", 23)
+def rms_norm_down(node, rw):
+    """x / sqrt(mean(x^2 over axes [axis, rank)) + epsilon) * scale (ReduceMean-18: axes as an input)."""
+    rank = rw.rank(node.input[0])
+    if rank is None:
+        refuse("the input rank is unknown, so the normalized axes cannot be listed")
+    axis = get_attr(node, "axis", -1) % rank
+    eps, stash = get_attr(node, "epsilon", 1e-5), get_attr(node, "stash_type", 1)
+    et, n = rw.elem_type(node.input[0]), node.name
+    cast = stash == 1 and et in (10, 16)
+    dt = np.float32 if cast else np_dtype(rw, node.input[0])
+    nodes = []
+
+    def add(op, inputs, **attrs):
+        nodes.append(rw.node(op, inputs, name=f"{n}_{op.lower()}", **attrs))
+        return nodes[-1].output[0]
+
+    x, scale = node.input[0], node.input[1]
+    if cast:
+        x, scale = add("Cast", [x], to=1), add("Cast", [scale], to=1)
+    axes = rw.constant(np.arange(axis, rank, dtype=np.int64), f"{n}_axes")
+    mean_sq = add("ReduceMean", [add("Mul", [x, x]), axes], keepdims=1)
+    rms = add("Sqrt", [add("Add", [mean_sq, scalar(rw, eps, dt, f"{n}_epsilon")])])
+    y = add("Mul", [add("Div", [x, rms]), scale])
+    if cast:
+        add("Cast", [y], to=et)
+    nodes[-1].output[0] = node.output[0]
+    return nodes
+
+
 def _chain(node, rw, steps, *, elementwise: bool = False):
     """Build ``steps`` [(op, inputs, attrs)]; an input is X (the node's first input), an int k (step k's
     output) or a value name. The last step writes the node output. ``elementwise``: every step output
