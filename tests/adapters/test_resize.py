@@ -138,7 +138,6 @@ def test_refuse_cubic_below_11():
 
 @pytest.mark.parametrize("attrs,word", [
     ({"antialias": 1}, "antialias=1"),
-    ({"axes": [2, 3]}, "axes"),
     ({"keep_aspect_ratio_policy": "not_larger"}, "keep_aspect_ratio_policy=not_larger"),
 ])
 def test_refuse_18_features(attrs, word):
@@ -154,3 +153,18 @@ def test_refuse_runtime_upsample_scales():
     node = helper.make_node("Upsample", ["x", "s"], ["y"], name="up", mode="nearest")
     m = model([node], [("x", F, [1, 2, 3, 4]), ("s", F, [4])], [("y", F, None)], 9)
     _refused(m, 8, "scales")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("by", ["scales", "sizes"])
+def test_axes_spread_to_full_rank_below_18(mode, by):
+    """Resize-18 over axes [2, 3] becomes full-rank scales/sizes for 13 and below."""
+    value = np.array([2.0, 1.5], np.float32) if by == "scales" else np.array([6, 5], np.int64)
+    ins = ["x", "", "v"] if by == "scales" else ["x", "", "", "v"]
+    node = helper.make_node("Resize", ins, ["y"], name="up", mode=mode, axes=[2, 3],
+                            coordinate_transformation_mode="asymmetric")
+    m = model([node], [("x", F, [1, 2, 3, 4])], [("y", F, [1, 2, 6, 6] if by == "scales" else [1, 2, 6, 5])], 18,
+              [numpy_helper.from_array(value, "v")])
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    for target in (17, 13, 11):
+        roundtrip(m, target, {"x": x})

@@ -146,12 +146,42 @@ def resize_down_18(node, rw):
     """antialias, axes and keep_aspect_ratio_policy arrived in 18."""
     if get_attr(node, "antialias", 0):
         refuse("antialias=1")
-    if get_attr(node, "axes") is not None:
-        refuse("axes")
+    axes = get_attr(node, "axes")
+    if axes is not None:
+        _full_rank(node, rw, [int(a) for a in axes])
     policy = _text(get_attr(node, "keep_aspect_ratio_policy", "stretch"))
     if policy != "stretch":
         refuse(f"keep_aspect_ratio_policy={policy}")
     drop_attr(node, "antialias", "axes", "keep_aspect_ratio_policy")
+
+
+def _full_rank(node, rw, axes: list[int]) -> None:
+    """Spread scales/sizes/roi given for ``axes`` over every axis (1s, the static dims, full roi)."""
+    dims = rw.shape(node.input[0])
+    if dims is None:
+        refuse("axes, with an input of unknown rank")
+    rank = len(dims)
+    axes = [a % rank for a in axes]
+    roi = rw.const(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    if len(node.input) > 1 and node.input[1] and roi is None:
+        refuse("axes with a roi computed at run time")
+    if roi is not None and roi.size:
+        full = np.concatenate([np.zeros(rank), np.ones(rank)]).astype(roi.dtype)
+        for k, a in enumerate(axes):
+            full[a], full[rank + a] = roi[k], roi[len(axes) + k]
+        set_input(node, 1, rw.constant(full, f"{node.name}_roi"))
+    scales = rw.require_const(node, 2, "scales") if len(node.input) > 2 and node.input[2] else None
+    if scales is not None and scales.size:
+        full = np.ones(rank, scales.dtype)
+        full[axes] = scales
+        set_input(node, 2, rw.constant(full, f"{node.name}_scales"))
+    sizes = rw.require_const(node, 3, "sizes") if len(node.input) > 3 and node.input[3] else None
+    if sizes is not None and sizes.size:
+        if not all(isinstance(d, int) for i, d in enumerate(dims) if i not in axes):
+            refuse("axes with sizes, on an input whose other dims are not static")
+        full = np.array([d if isinstance(d, int) else 0 for d in dims], np.int64)
+        full[axes] = sizes
+        set_input(node, 3, rw.constant(full, f"{node.name}_sizes"))
 
 
 @down("Resize", 19)
