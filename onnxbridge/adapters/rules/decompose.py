@@ -24,46 +24,9 @@ def scalar(rw, value, dtype, base: str) -> str:
     return rw.constant(np.array(value, dtype=dtype), base)
 
 
-@down("LayerNormalization", 17)
-def layer_norm_down(node, rw):
-    """Mean and variance over axes [axis, rank) with ReduceMean; fp16/bf16 computed in float (stash_type 1)."""
-    if any(node.output[1:]):
-        refuse("the Mean / InvStdDev outputs have no older equivalent")
-    rank = rw.rank(node.input[0])
-    if rank is None:
-        refuse("the input rank is unknown, so the normalized axes cannot be listed")
-    axis = get_attr(node, "axis", -1) % rank
-    eps, stash = get_attr(node, "epsilon", 1e-5), get_attr(node, "stash_type", 1)
-    et, n = rw.elem_type(node.input[0]), node.name
-    cast = stash == 1 and et in (10, 16)
-    dt = np.float32 if cast else np_dtype(rw, node.input[0])
-    nodes = []
-
-    def add(op, inputs, outputs=None, **attrs):
-        nodes.append(rw.node(op, inputs, outputs, name=f"{n}_{op.lower()}", **attrs))
-        return nodes[-1].output[0]
-
-    x, scale = node.input[0], node.input[1]
-    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-    if cast:
-        x, scale = add("Cast", [x], to=1), add("Cast", [scale], to=1)
-        bias = bias and add("Cast", [bias], to=1)
-    axes = list(range(axis, rank))
-    d = add("Sub", [x, add("ReduceMean", [x], axes=axes, keepdims=1)])
-    var = add("ReduceMean", [add("Mul", [d, d])], axes=axes, keepdims=1)
-    std = add("Sqrt", [add("Add", [var, scalar(rw, eps, dt, f"{n}_epsilon")])])
-    y = add("Mul", [add("Div", [d, std]), scale])
-    if bias:
-        y = add("Add", [y, bias])
-    if cast:
-        add("Cast", [y], to=et)
-    nodes[-1].output[0] = node.output[0]
-    return nodes
-
-
-@down("RMSNormalization", 23)
-def rms_norm_down(node, rw):
-    """x / sqrt(mean(x^2 over axes [axis, rank)) + epsilon) * scale (ReduceMean-18: axes as an input)."""
+def _normalize_tail(node, rw, normalized, *, reduce_axes_as_input: bool):
+    """The frame LayerNormalization and RMSNormalization share: axes [axis, rank), fp16/bf16 computed in
+    float (stash_type 1), ``normalized(add, x, axes, eps)`` then times scale, plus bias if given."""
     rank = rw.rank(node.input[0])
     if rank is None:
         refuse("the input rank is unknown, so the normalized axes cannot be listed")
@@ -79,16 +42,49 @@ def rms_norm_down(node, rw):
         return nodes[-1].output[0]
 
     x, scale = node.input[0], node.input[1]
+    bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
     if cast:
         x, scale = add("Cast", [x], to=1), add("Cast", [scale], to=1)
-    axes = rw.constant(np.arange(axis, rank, dtype=np.int64), f"{n}_axes")
-    mean_sq = add("ReduceMean", [add("Mul", [x, x]), axes], keepdims=1)
-    rms = add("Sqrt", [add("Add", [mean_sq, scalar(rw, eps, dt, f"{n}_epsilon")])])
-    y = add("Mul", [add("Div", [x, rms]), scale])
+        bias = bias and add("Cast", [bias], to=1)
+    axes = list(range(axis, rank))
+    if reduce_axes_as_input:  # ReduceMean-18 and later
+        axes = rw.constant(np.array(axes, np.int64), f"{n}_axes")
+    y = add("Mul", [normalized(add, x, axes, scalar(rw, eps, dt, f"{n}_epsilon")), scale])
+    if bias:
+        y = add("Add", [y, bias])
     if cast:
         add("Cast", [y], to=et)
     nodes[-1].output[0] = node.output[0]
     return nodes
+
+
+def _mean(add, value, axes):
+    if isinstance(axes, str):
+        return add("ReduceMean", [value, axes], keepdims=1)
+    return add("ReduceMean", [value], axes=axes, keepdims=1)
+
+
+@down("LayerNormalization", 17)
+def layer_norm_down(node, rw):
+    """(x - mean) / sqrt(var + epsilon) * scale + bias, with ReduceMean-13 (axes an attribute)."""
+    if any(node.output[1:]):
+        refuse("the Mean / InvStdDev outputs have no older equivalent")
+
+    def normalized(add, x, axes, eps):
+        d = add("Sub", [x, _mean(add, x, axes)])
+        return add("Div", [d, add("Sqrt", [add("Add", [_mean(add, add("Mul", [d, d]), axes), eps])])])
+
+    return _normalize_tail(node, rw, normalized, reduce_axes_as_input=False)
+
+
+@down("RMSNormalization", 23)
+def rms_norm_down(node, rw):
+    """x / sqrt(mean(x^2) + epsilon) * scale, with ReduceMean-18 (axes an input)."""
+
+    def normalized(add, x, axes, eps):
+        return add("Div", [x, add("Sqrt", [add("Add", [_mean(add, add("Mul", [x, x]), axes), eps])])])
+
+    return _normalize_tail(node, rw, normalized, reduce_axes_as_input=True)
 
 
 def _chain(node, rw, steps, *, elementwise: bool = False):
