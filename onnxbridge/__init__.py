@@ -29,7 +29,14 @@ _LAZY = {
 }
 
 
+_SUBMODULES = ("adapters", "errors", "report", "inspection")
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"onnxbridge.{name}")
     if name in _LAZY:
         import importlib
 
