@@ -13,7 +13,12 @@ ORT_MIN, ORT_MAX = 7, 23  # opsets onnxruntime runs and this project targets in 
 
 
 def model(nodes, inputs, outputs, opset: int, initializers=()) -> onnx.ModelProto:
-    """inputs/outputs: (name, elem_type, shape) triples."""
+    """inputs/outputs: (name, elem_type, shape) triples. Skips the test where this onnx does not know ``opset``
+    (paddle2onnx pins onnx 1.17, which stops at 22)."""
+    import pytest
+
+    if opset > onnx.defs.onnx_opset_version():
+        pytest.skip(f"onnx {onnx.__version__} knows opsets up to {onnx.defs.onnx_opset_version()}")
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(*i) for i in inputs],
                               [helper.make_tensor_value_info(*o) for o in outputs], list(initializers))
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
