@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import platform
-import sys
 from pathlib import Path
 from typing import Iterable
 

@@ -232,6 +232,19 @@ def drop_attr(node: "onnx.NodeProto", *names: str) -> None:
     node.attribute.extend(keep)
 
 
+def attr_to_input(node: "onnx.NodeProto", rw: Rewriter, attr: str, index: int, dtype, *, default: Any = None,
+                  shape: tuple | None = None) -> None:
+    """Move attribute ``attr`` (or ``default`` when absent; nothing when both are None) to input ``index``
+    as a constant of ``dtype`` (reshaped to ``shape`` if given)."""
+    import numpy as np
+
+    value = get_attr(node, attr, default)
+    drop_attr(node, attr)
+    if value is not None:
+        array = np.array(value, dtype)
+        set_input(node, index, rw.constant(array.reshape(shape) if shape else array, f"{node.name}_{attr}"))
+
+
 def set_input(node: "onnx.NodeProto", index: int, name: str) -> None:
     """Set input ``index``, padding skipped optional inputs with ''."""
     while len(node.input) <= index:

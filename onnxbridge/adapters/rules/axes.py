@@ -4,17 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from onnxbridge.adapters.registry import down, up
-from onnxbridge.adapters.rewriter import drop_attr, get_attr, refuse, set_attr, set_input
+from onnxbridge.adapters.rewriter import attr_to_input, drop_attr, get_attr, refuse, set_attr, set_input
 
 REDUCE_18 = ("ReduceMax", "ReduceMin", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
              "ReduceLogSumExp", "ReduceSumSquare")
 
 
 def _axes_to_input(node, rw, index: int = 1):
-    axes = get_attr(node, "axes")
-    drop_attr(node, "axes")
-    if axes is not None:
-        set_input(node, index, rw.constant(np.array(axes, np.int64), f"{node.name}_axes"))
+    attr_to_input(node, rw, "axes", index, np.int64)
 
 
 def _axes_to_attr(node, rw, index: int = 1, *, reduce: bool = False):
@@ -58,10 +55,7 @@ def reduce_down_18(node, rw):
 
 @up("Split", 13)
 def split_up_13(node, rw):
-    split = get_attr(node, "split")
-    drop_attr(node, "split")
-    if split is not None:
-        set_input(node, 1, rw.constant(np.array(split, np.int64), f"{node.name}_split"))
+    attr_to_input(node, rw, "split", 1, np.int64)
 
 
 @down("Split", 13)
@@ -98,12 +92,8 @@ def split_down_18(node, rw):
 
 @up("Slice", 10)
 def slice_up_10(node, rw):
-    starts, ends, axes = (get_attr(node, k) for k in ("starts", "ends", "axes"))
-    drop_attr(node, "starts", "ends", "axes")
-    set_input(node, 1, rw.constant(np.array(starts, np.int64), f"{node.name}_starts"))
-    set_input(node, 2, rw.constant(np.array(ends, np.int64), f"{node.name}_ends"))
-    if axes is not None:
-        set_input(node, 3, rw.constant(np.array(axes, np.int64), f"{node.name}_axes"))
+    for index, attr in enumerate(("starts", "ends", "axes"), start=1):
+        attr_to_input(node, rw, attr, index, np.int64)
 
 
 @down("Slice", 10)
@@ -121,9 +111,7 @@ def slice_down_10(node, rw):
 
 @up("TopK", 10)
 def topk_up_10(node, rw):
-    k = get_attr(node, "k")
-    drop_attr(node, "k")
-    set_input(node, 1, rw.constant(np.array([k], np.int64), f"{node.name}_k"))
+    attr_to_input(node, rw, "k", 1, np.int64, shape=(1,))
 
 
 @down("TopK", 10)

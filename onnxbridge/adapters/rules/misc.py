@@ -5,7 +5,7 @@ import numpy as np
 
 from onnxbridge.adapters import schema
 from onnxbridge.adapters.registry import down, up
-from onnxbridge.adapters.rewriter import drop_attr, get_attr, refuse, set_attr, set_input
+from onnxbridge.adapters.rewriter import attr_to_input, drop_attr, get_attr, refuse, set_attr, set_input
 
 FLOAT8 = (17, 18, 19, 20, 23)  # float8e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, float8e8m0
 
@@ -230,9 +230,7 @@ def grid_sample_up_20(node, rw):
 @up("DFT", 20)
 def dft_up_20(node, rw):
     """The axis attribute (default 1) becomes an input (whose default is -2)."""
-    axis = get_attr(node, "axis", 1)
-    drop_attr(node, "axis")
-    set_input(node, 2, rw.constant(np.array(axis, np.int64), f"{node.name}_axis"))
+    attr_to_input(node, rw, "axis", 2, np.int64, default=1)
 
 
 @down("DFT", 20)

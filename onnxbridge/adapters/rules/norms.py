@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxbridge.adapters.registry import down, up
-from onnxbridge.adapters.rewriter import drop_attr, get_attr, refuse, set_attr, set_input
+from onnxbridge.adapters.rewriter import attr_to_input, drop_attr, get_attr, refuse, set_attr, set_input
 
 
 def _np_type(rw, name: str, default=np.float32):
@@ -104,10 +104,7 @@ def _no_mask_across_12(node, rw):
 def dropout_up_12(node, rw):
     """The ``ratio`` attribute became an input."""
     _no_mask_across_12(node, rw)
-    ratio = get_attr(node, "ratio")
-    drop_attr(node, "ratio")
-    if ratio is not None:
-        set_input(node, 1, rw.constant(np.array(ratio, np.float32), f"{node.name}_ratio"))
+    attr_to_input(node, rw, "ratio", 1, np.float32)
 
 
 @down("Dropout", 12)
