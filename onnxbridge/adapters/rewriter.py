@@ -245,6 +245,17 @@ def attr_to_input(node: "onnx.NodeProto", rw: Rewriter, attr: str, index: int, d
         set_input(node, index, rw.constant(array.reshape(shape) if shape else array, f"{node.name}_{attr}"))
 
 
+def drop_default(node: "onnx.NodeProto", name: str, default: Any, what: str, *, also: tuple = ()) -> None:
+    """Drop attribute ``name`` when it holds ``default`` (or a value in ``also`` that means the same);
+    refuse any other value: the older schema has no such attribute."""
+    value = get_attr(node, name, default)
+    if isinstance(value, bytes):
+        value = value.decode()
+    if value != default and value not in also:
+        refuse(f"{name}={value!r} ({what}) has no older equivalent")
+    drop_attr(node, name)
+
+
 def set_input(node: "onnx.NodeProto", index: int, name: str) -> None:
     """Set input ``index``, padding skipped optional inputs with ''."""
     while len(node.input) <= index:

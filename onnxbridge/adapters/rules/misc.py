@@ -3,33 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxbridge.adapters import schema
 from onnxbridge.adapters.registry import down, up
-from onnxbridge.adapters.rewriter import attr_to_input, drop_attr, get_attr, refuse, set_attr, set_input
+from onnxbridge.adapters.rewriter import attr_to_input, drop_attr, drop_default, get_attr, refuse, set_attr, set_input
 
 FLOAT8 = (17, 18, 19, 20, 23)  # float8e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, float8e8m0
-
-
-def check_types(node, rw, prev: int) -> None:
-    """Every known input/output element type must be allowed by ``node``'s op at schema ``prev``."""
-    import onnx
-
-    for output, names in ((False, node.input), (True, node.output)):
-        for i, name in enumerate(names):
-            et = rw.elem_type(name) if name else None
-            if et and not schema.type_allowed(node.op_type, prev, i, et, output=output):
-                kind = onnx.helper.tensor_dtype_to_string(et).replace("TensorProto.", "").lower()
-                refuse(f"{kind} {'output' if output else 'input'} {i} is not allowed before this opset")
-
-
-def drop_default(node, name: str, default, what: str) -> None:
-    """Drop attribute ``name`` when it holds ``default``; refuse any other value."""
-    value = get_attr(node, name, default)
-    if isinstance(value, bytes):
-        value = value.decode()
-    if value != default:
-        refuse(f"{name}={value!r} ({what}) has no older equivalent")
-    drop_attr(node, name)
 
 
 @down("Reshape", 14)
@@ -125,7 +102,6 @@ def cast_down_19(node, rw):
     if get_attr(node, "to") in FLOAT8:
         refuse("a cast to float8 needs opset 19")
     drop_attr(node, "saturate")
-    check_types(node, rw, 13)
 
 
 @down(("RNN", "GRU", "LSTM"), 14)
@@ -150,13 +126,10 @@ def quantize_down_19(node, rw):
     if not get_attr(node, "saturate", 1) and rw.elem_type(node.output[0]) in FLOAT8:
         refuse("saturate=0 needs opset 19")
     drop_attr(node, "saturate")
-    check_types(node, rw, 13)
 
 
 def _block_size_down(node, rw):
-    if get_attr(node, "block_size", 0):
-        refuse("blocked quantization (block_size) needs opset 21")
-    drop_attr(node, "block_size")
+    drop_default(node, "block_size", 0, "blocked quantization")
 
 
 @down("QuantizeLinear", 21)
@@ -168,31 +141,23 @@ def quantize_down_21(node, rw):
     if dtype and dtype != (rw.elem_type(zp) if zp else 2):
         refuse("output_dtype without a zero point of that type needs opset 21")
     drop_attr(node, "output_dtype")
-    check_types(node, rw, 19)
 
 
 @down("DequantizeLinear", 21)
 def dequantize_down_21(node, rw):
     _block_size_down(node, rw)
-    check_types(node, rw, 19)
 
 
 @down("QuantizeLinear", 23)
 def quantize_down_23(node, rw):
     """precision (the type of the intermediate division) is new in 23; 0 means the scale's type."""
-    if get_attr(node, "precision", 0) not in (0, rw.elem_type(node.input[1])):
-        refuse("precision other than the scale type needs opset 23")
-    drop_attr(node, "precision")
-    check_types(node, rw, 21)
+    drop_default(node, "precision", 0, "a division type other than the scale's", also=(rw.elem_type(node.input[1]),))
 
 
 @down("DequantizeLinear", 23)
 def dequantize_down_23(node, rw):
     """output_dtype is redundant when it equals the scale's type."""
-    if get_attr(node, "output_dtype", 0) not in (0, rw.elem_type(node.input[1])):
-        refuse("output_dtype other than the scale type needs opset 23")
-    drop_attr(node, "output_dtype")
-    check_types(node, rw, 21)
+    drop_default(node, "output_dtype", 0, "an output type other than the scale's", also=(rw.elem_type(node.input[1]),))
 
 
 def _group_channels(node, rw):
@@ -245,4 +210,3 @@ def dft_down_20(node, rw):
 def cast_like_down_19(node, rw):
     """saturate matters only for float8, which opset 18 lacks."""
     drop_attr(node, "saturate")
-    check_types(node, rw, 15)

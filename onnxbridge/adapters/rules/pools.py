@@ -3,13 +3,11 @@ count_include_pad) and the Indices output; going down they must be unused or def
 from __future__ import annotations
 
 from onnxbridge.adapters.registry import down
-from onnxbridge.adapters.rewriter import drop_attr, get_attr, refuse
+from onnxbridge.adapters.rewriter import drop_attr, drop_default, get_attr, refuse
 
 
 def _no_ceil_mode(node):
-    if get_attr(node, "ceil_mode", 0):
-        refuse("ceil_mode=1")
-    drop_attr(node, "ceil_mode")
+    drop_default(node, "ceil_mode", 0, "output sizes rounded up")
 
 
 def _no_dilations(node):
@@ -22,12 +20,10 @@ def _no_dilations(node):
 @down("MaxPool", 8)
 def maxpool_down_8(node, rw):
     """The Indices output and storage_order arrived in 8."""
-    if get_attr(node, "storage_order", 0):
-        refuse("storage_order=1")
+    drop_default(node, "storage_order", 0, "column-major indices")
     if len(node.output) > 1 and node.output[1]:
         refuse("the Indices output")
     del node.output[1:]
-    drop_attr(node, "storage_order")
 
 
 @down("MaxPool", 10)
@@ -40,9 +36,7 @@ def maxpool_down_10(node, rw):
 @down("AveragePool", 7)
 def avgpool_down_7(node, rw):
     """count_include_pad arrived in 7."""
-    if get_attr(node, "count_include_pad", 0):
-        refuse("count_include_pad=1")
-    drop_attr(node, "count_include_pad")
+    drop_default(node, "count_include_pad", 0, "padding counted in the average")
 
 
 @down("AveragePool", 10)
