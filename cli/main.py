@@ -73,13 +73,23 @@ def cli(quiet: bool, debug: bool) -> None:
     """
 
 
-SOURCE_HELP = "a model file (.onnx, .pt2, .pt) or a factory 'file.py:function' / 'pkg.module:function'"
+TRUST_HELP = "Allow pickles and Keras code (Lambda layers): both can run arbitrary code."
+FROM_HELP = "Source kind (default: detected): torch, tensorflow, paddle, sklearn, onnx."
+
+
+def frontend_options(fn):
+    """Options that only some frontends take (the spine refuses them for the others)."""
+    fn = click.option("--signature", metavar="NAME",
+                      help="TensorFlow SavedModel signature to convert (default: serving_default).")(fn)
+    fn = click.option("--inputs-as-nchw", "inputs_as_nchw", multiple=True, metavar="NAME",
+                      help="TensorFlow: take this NHWC input as NCHW in the ONNX model (repeatable).")(fn)
+    return fn
 
 
 @cli.command()
 @click.argument("source")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the model.")
-@click.option("--from", "from_", metavar="FRONTEND", help="Source kind (default: detected): torch, onnx.")
+@click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
 @click.option("--to", default="onnx", show_default=True, help="Target format.")
 @click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
@@ -102,15 +112,18 @@ SOURCE_HELP = "a model file (.onnx, .pt2, .pt) or a factory 'file.py:function' /
 @click.option("--external-data/--no-external-data", default=None,
               help="Store weights in OUTPUT.data (default: only when over 2 GB).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
-@click.option("--trust", is_flag=True, help="Allow loading pickles (can run arbitrary code).")
+@click.option("--trust", is_flag=True, help=TRUST_HELP)
+@frontend_options
 @click.pass_context
 @handle_errors
 def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_names, output_names, exporter,
-            validate, inputs, precision, atol, rtol, seed, external_data, report, trust):
+            validate, inputs, precision, atol, rtol, seed, external_data, report, trust, signature, inputs_as_nchw):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
-    SOURCE is a model file (.onnx, .pt2, TorchScript .pt) or a factory 'file.py:function' whose
-    function returns the model, or (model, sample_inputs).
+    SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
+    folder, Keras .keras/.h5, .tflite; Paddle .json/.pdmodel inference model; scikit-learn .joblib/
+    .pkl with --trust, .skops) or a factory 'file.py:function' whose function returns the model, or
+    (model, sample_inputs).
     """
     from onnxbridge.spine import convert as run_convert
 
@@ -118,7 +131,8 @@ def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_
                          inputs=inputs, input_shapes=list(input_shapes), input_names=list(input_names) or None,
                          output_names=list(output_names) or None, exporter=exporter, from_=from_,
                          trust=trust, precision=precision, atol=atol, rtol=rtol, seed=seed,
-                         external_data=external_data, report=report, progress=_progress(ctx))
+                         external_data=external_data, report=report, progress=_progress(ctx),
+                         signature=signature, inputs_as_nchw=list(inputs_as_nchw))
     rep = result.report
     console = _console(ctx)
     if console is not None:
@@ -145,23 +159,25 @@ def _finish(ctx, rep: dict, console) -> None:
 @click.argument("source")
 @click.argument("converted", type=click.Path())
 @click.option("--inputs", type=click.Path(exists=True), help="Inputs: .npz or a folder of .npy.")
-@click.option("--from", "from_", metavar="FRONTEND", help="Source kind (default: detected).")
+@click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True)
 @click.option("--atol", type=float, help="Absolute tolerance (default by precision).")
 @click.option("--rtol", type=float, help="Relative tolerance (default by precision).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
-@click.option("--trust", is_flag=True, help="Allow loading pickles (can run arbitrary code).")
+@click.option("--trust", is_flag=True, help=TRUST_HELP)
+@frontend_options
 @click.pass_context
 @handle_errors
-def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, seed, report, trust):
+def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, seed, report, trust,
+             signature, inputs_as_nchw):
     """Compare CONVERTED (ONNX) with SOURCE on the same inputs; exit 1 if they differ."""
     from onnxbridge.spine import validate as run_validate
 
     rep = run_validate(source, converted, inputs, from_=from_, input_shapes=list(input_shapes), trust=trust,
                        precision=precision, atol=atol, rtol=rtol, seed=seed, report=report,
-                       progress=_progress(ctx))
+                       progress=_progress(ctx), signature=signature, inputs_as_nchw=list(inputs_as_nchw))
     _finish(ctx, rep, _console(ctx))
 
 
@@ -181,15 +197,15 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report):
     from onnxbridge.errors import BadInputError
 
     if check_only:
-        from onnxbridge.adapters import check
+        from onnxbridge.spine import check_opset
 
-        problems = check(model, opset)
-        for line in problems:
+        rep = check_opset(model, opset, report=report)
+        for line in rep["blockers"]:
             click.echo(line)
         console = _console(ctx)
-        if not problems and console is not None:
+        if not rep["blockers"] and console is not None:
             console.print(f"{model} can move to opset {opset}")
-        ctx.exit(EXIT_BAD_INPUT if problems else EXIT_OK)
+        ctx.exit(EXIT_BAD_INPUT if rep["blockers"] else EXIT_OK)
     if output is None:
         raise BadInputError("adapt needs -o OUTPUT (or --check)")
     from onnxbridge.spine import convert as run_convert

@@ -29,6 +29,7 @@ class SourceModel(ABC):
 
     frontend: str = ""  # registry name, e.g. "torch"
     framework: str = ""  # distribution name, for versions in reports
+    converter: str = ""  # distribution name of the exporter it uses (e.g. "tf2onnx"), if not the framework
     kind: str = ""  # what was loaded, e.g. "nn.Module", "torch.export .pt2"
     description: str = ""
     input_specs: list[TensorSpec]

@@ -9,7 +9,7 @@ from typing import Iterable
 from onnxbridge._version import __version__
 from onnxbridge.registry import dist_version
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: status "blocked", "blockers", command "check"
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
 
 

@@ -45,8 +45,13 @@ class ConversionResult:
 
 def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = None,
                 input_shapes: Sequence[str | TensorSpec] = (), dynamic: Any = None,
-                input_names: Sequence[str] | None = None, trust: bool = False, seed: int = 0) -> "SourceModel":
-    """Resolve a path, live object or ``module:factory`` and load it with its frontend."""
+                input_names: Sequence[str] | None = None, trust: bool = False, seed: int = 0,
+                **options: Any) -> "SourceModel":
+    """Resolve a path, live object or ``module:factory`` and load it with its frontend.
+
+    ``options`` are frontend-specific (e.g. ``signature`` for TensorFlow); ``None`` values are
+    dropped, and an option the chosen frontend does not take is refused.
+    """
     from onnxbridge.frontends import FRONTENDS
     from onnxbridge.sources import call_factory, is_factory, pick_frontend
 
@@ -54,9 +59,16 @@ def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = N
         source, factory_sample = call_factory(source)
         sample_inputs = factory_sample if sample_inputs is None else sample_inputs
     specs = [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes or ()]
-    frontend = FRONTENDS.load(pick_frontend(source, from_))
+    name = pick_frontend(source, from_)
+    frontend = FRONTENDS.load(name)
+    options = {k: v for k, v in options.items() if v is not None and v != () and v != []}
+    foreign = [k for k in options if k not in getattr(frontend, "OPTIONS", ())]
+    if foreign:
+        flags = ", ".join("--" + k.replace("_", "-") for k in foreign)
+        raise BadInputError(f"{flags} does not apply to {name} sources")
     return frontend.load(source, sample_inputs=sample_inputs, input_shapes=specs,
-                         dynamic=normalize_dynamic(dynamic), input_names=input_names, trust=trust, seed=seed)
+                         dynamic=normalize_dynamic(dynamic), input_names=input_names, trust=trust, seed=seed,
+                         **options)
 
 
 def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec]) -> list[Sample]:
@@ -113,14 +125,15 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
             output_names: Sequence[str] | None = None, exporter: str = "auto", from_: str | None = None,
             trust: bool = False, precision: str = "fp32", atol: float | None = None, rtol: float | None = None,
             seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
-            progress: bool = False) -> ConversionResult:
+            progress: bool = False, **options: Any) -> ConversionResult:
     """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
 
     ``source``: a live model (nn.Module, ExportedProgram, ScriptModule, ModelProto), a file path, or
     ``"file.py:factory"`` / ``"pkg.mod:factory"`` returning ``model`` or ``(model, sample_inputs)``.
     Returns a ConversionResult whose ``report`` says whether the numbers held (it never raises for a
     numeric mismatch; call ``raise_for_status()`` for that). With ``output=None`` the model is returned
-    in memory as ``.model``.
+    in memory as ``.model``. Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw``
+    (TensorFlow).
     """
     from onnxbridge import builder
     from onnxbridge.backends import BACKENDS
@@ -140,10 +153,10 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     with steps.step("Loading the source model"):
         t = time.perf_counter()
         src = load_source(source, sample_inputs=sample_inputs, from_=from_, input_shapes=input_shapes,
-                          dynamic=dynamic, input_names=input_names, trust=trust, seed=seed)
+                          dynamic=dynamic, input_names=input_names, trust=trust, seed=seed, **options)
         timings["load_s"] = time.perf_counter() - t
     source_info = {**src.info(), "path": str(source) if isinstance(source, (str, Path)) else None}
-    rep = reports.new_report("convert", source=source_info, frameworks=[src.framework])
+    rep = reports.new_report("convert", source=source_info, frameworks=[d for d in (src.framework, src.converter) if d])
 
     with workdir() as scratch:
         with steps.step(f"Exporting {src.kind} to ONNX"):
@@ -160,7 +173,9 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                 model, notes = builder.finalize(model, opset=opset, source={
                     "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
                     "exporter": exported.exporter})
-            except UnsupportedError as exc:  # say what the export already tried
+            except UnsupportedError as exc:  # say what the export already tried, and record every blocker
+                if report is not None and opset is not None:
+                    _write_blocked(report, rep, model, opset, str(exc))
                 if not exported.notes:
                     raise
                 raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
@@ -188,6 +203,40 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     return ConversionResult(out_path, in_memory, rep)
 
 
+def _write_blocked(path: str | Path, rep: dict, model: "onnx.ModelProto", opset: int, error: str) -> None:
+    """Write the report of a run the opset adapters refused, listing every blocking node."""
+    from onnxbridge.adapters import check
+
+    try:
+        blockers = check(model, opset)
+    except UnsupportedError as exc:  # e.g. an opset this onnx does not know
+        blockers = [str(exc)]
+    rep.update(status="blocked", blockers=blockers or [error])
+    write_json(path, rep)
+
+
+def check_opset(model: "str | Path | onnx.ModelProto", opset: int, *, report: str | Path | None = None) -> dict:
+    """Every node that blocks moving an ONNX model to ``opset``: a report with status ``passed`` or
+    ``blocked`` and its ``blockers`` (nothing is converted or written but the report)."""
+    from onnxbridge.adapters import check
+    from onnxbridge.fileio import load_onnx
+
+    proto = load_onnx(model) if isinstance(model, (str, Path)) else model
+    inits = {t.name for t in proto.graph.initializer}
+    inputs = [TensorSpec(i.name, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                                       for d in i.type.tensor_type.shape.dim), None).as_dict()
+              for i in proto.graph.input if i.name not in inits]
+    path = str(model) if isinstance(model, (str, Path)) else None
+    name = Path(path).name if path else proto.graph.name
+    rep = reports.new_report("check", source={"frontend": "onnx", "framework": "onnx", "kind": "ONNX", "path": path,
+                                              "description": f"ONNX model {name}", "inputs": inputs, "dynamic": []})
+    rep["blockers"] = check(proto, opset)
+    rep["status"] = "blocked" if rep["blockers"] else "passed"
+    if report is not None:
+        write_json(report, rep)
+    return rep
+
+
 def _artifact(path: Path, target: str, model: "onnx.ModelProto | None" = None,
               files: list[str] | None = None) -> dict:
     """Facts about the written model (read back from disk when ``model`` is not given)."""
@@ -206,7 +255,7 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
              sample_inputs: Any = None, from_: str | None = None, input_shapes: Sequence[str | TensorSpec] = (),
              trust: bool = False, precision: str = "fp32", atol: float | None = None, rtol: float | None = None,
              seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
-             progress: bool = False) -> dict:
+             progress: bool = False, **options: Any) -> dict:
     """Compare a converted ONNX model with its source on the same inputs; returns the report.
 
     ``inputs``: a .npz path, a directory of .npy files or a name -> array mapping; by default the
@@ -220,9 +269,9 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
     steps = Progress(progress)
     with steps.step("Loading the source model"):
         src = load_source(source, sample_inputs=sample_inputs, from_=from_, input_shapes=input_shapes,
-                          trust=trust, seed=seed)
+                          trust=trust, seed=seed, **options)
     rep = reports.new_report("validate", source={**src.info(), "path": str(source) if isinstance(source, (str, Path)) else None},
-                             frameworks=[src.framework])
+                             frameworks=[d for d in (src.framework, src.converter) if d])
     with workdir() as scratch:
         path = Path(converted) if isinstance(converted, (str, Path)) else scratch / "converted.onnx"
         if not isinstance(converted, (str, Path)):

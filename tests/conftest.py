@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,34 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "models.py"
+
+# Frameworks that cannot share a process (tensorflow then paddle segfaults): their tests live in
+# these folders and run in a pytest process of their own (tests/test_framework_suites.py starts it).
+ISOLATED = {"tensorflow": ROOT / "tests" / "frontends" / "tensorflow",
+            "paddle": ROOT / "tests" / "frontends" / "paddle"}
+ISOLATED_ENV = "ONNXBRIDGE_TEST_FRAMEWORK"
+
+
+def _named_on_command_line(config, folder: Path) -> bool:
+    for arg in config.args:
+        path = Path(arg.split("::")[0]).resolve()
+        if path == folder or folder in path.parents:
+            return True
+    return False
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Collect an isolated framework's tests only in its own process: when ONNXBRIDGE_TEST_FRAMEWORK
+    names it, or when only that framework's folder is named on the command line."""
+    path = Path(collection_path).resolve()
+    for name, folder in ISOLATED.items():
+        if path == folder or folder in path.parents:
+            chosen = os.environ.get(ISOLATED_ENV)
+            if chosen is not None:
+                return None if chosen == name else True
+            named = [n for n, f in ISOLATED.items() if _named_on_command_line(config, f)]
+            return None if named == [name] else True
+    return None
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,8 @@ def test_help_is_fast_and_imports_no_framework():
             "from click.testing import CliRunner; from onnxbridge.cli.main import cli;"
             "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0, r.output;"
             "r = CliRunner().invoke(cli, ['--version']); assert '0.' in r.output;"
-            "print([m for m in ('torch', 'tensorflow', 'paddle', 'onnx', 'numpy', 'rich') if m in sys.modules])")
+            "print([m for m in ('torch', 'tensorflow', 'keras', 'paddle', 'sklearn', 'onnx', 'numpy', 'rich')"
+            " if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
 
@@ -51,7 +52,8 @@ def test_doctor_lists_every_plugin(cli):
     assert res.exit_code == 0
     info = json.loads(res.stdout)
     plugins = {(p["kind"], p["name"]): p for p in info["plugins"]}
-    assert {("frontend", "torch"), ("frontend", "onnx"), ("backend", "onnx")} <= set(plugins)
+    assert {("frontend", n) for n in ("torch", "tensorflow", "paddle", "sklearn", "onnx")} | {("backend", "onnx")} \
+        <= set(plugins)
     torch_row = plugins[("frontend", "torch")]
     assert torch_row["available"] and torch_row["versions"]["torch"].startswith("2.13.0")
     assert info["environment"]["packages"]["onnxruntime"]
@@ -113,7 +115,9 @@ def test_bad_source_files(cli, tmp_path, make, needle):
     (["--dynamic", "x:7"], "rank 4"),
     (["--from", "keras"], "unknown frontend 'keras'"),
     (["--to", "nothing"], "unknown backend 'nothing'"),
-], ids=["dims", "format", "name", "rank", "dtype", "dynamic", "axis", "from", "to"])
+    (["--signature", "serve"], "--signature does not apply to torch sources"),
+    (["--inputs-as-nchw", "x"], "--inputs-as-nchw does not apply to torch sources"),
+], ids=["dims", "format", "name", "rank", "dtype", "dynamic", "axis", "from", "to", "signature", "nchw"])
 def test_bad_options(cli, tmp_path, args, needle):
     out = tmp_path / "out.onnx"
     assert_one_line_error(cli("convert", f"{FACTORY}:cnn", "-o", out, *args), 2, needle)

@@ -146,6 +146,14 @@ def test_adapt_command(tmp_path, cli):
     blocked.graph.node.insert(0, helper.make_node("ArgMax", ["x"], ["a"], name="am", select_last_index=1))
     blocked.graph.output.append(helper.make_tensor_value_info("a", TensorProto.INT64, None))
     onnx.save(blocked, tmp_path / "b.onnx")
-    res = cli("adapt", tmp_path / "b.onnx", "--opset", "11", "--check")
+    res = cli("adapt", tmp_path / "b.onnx", "--opset", "11", "--check", "--report", tmp_path / "check.json")
     assert res.exit_code == 2 and "'am' (ArgMax)" in res.stdout
+    rep = check_report(tmp_path / "check.json")
+    assert rep["status"] == "blocked" and rep["tool"]["command"] == "check"
+    assert len(rep["blockers"]) == 1 and "'am' (ArgMax)" in rep["blockers"][0]
+    res = cli("adapt", tmp_path / "b.onnx", "-o", tmp_path / "b11.onnx", "--opset", "11",
+              "--report", tmp_path / "b.json")
+    assert res.exit_code == 2 and "select_last_index" in res.stderr
+    rep = check_report(tmp_path / "b.json")
+    assert rep["status"] == "blocked" and "'am' (ArgMax)" in rep["blockers"][0]
     assert not (tmp_path / "b11.onnx").exists()

@@ -18,8 +18,8 @@ def _session(model: onnx.ModelProto):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def matches(model: onnx.ModelProto, data_sets) -> bool:
-    """onnxruntime reproduces the stored outputs (floats within 1e-5 + 1e-3 relative, others exactly)."""
+def matches(model: onnx.ModelProto, data_sets, atol: float = 1e-5, rtol: float = 1e-3) -> bool:
+    """onnxruntime reproduces the stored outputs (floats within atol + rtol relative, others exactly)."""
     sess = _session(model)
     names = [i.name for i in sess.get_inputs()]
     for inputs, outputs in data_sets:
@@ -29,7 +29,7 @@ def matches(model: onnx.ModelProto, data_sets) -> bool:
             if want.shape != have.shape:
                 return False
             if want.dtype.kind in "fc":
-                if not np.allclose(have, want, rtol=1e-3, atol=1e-5, equal_nan=True):
+                if not np.allclose(have, want, rtol=rtol, atol=atol, equal_nan=True):
                     return False
             elif want.dtype == object or not np.array_equal(have, want):
                 return False
@@ -60,11 +60,84 @@ def usable_cases() -> tuple:
     return tuple(usable)
 
 
+FP16_TOL = (1e-2, 1e-2)  # (atol, rtol): the fp16 policy of onnxbridge.compare
+
+
+class Fp16Case:
+    """An fp32 node case turned into fp16; its expected outputs are onnxruntime's at the case's own opset."""
+
+    def __init__(self, name: str, model: onnx.ModelProto, data_sets: list):
+        self.name, self.model, self.data_sets = name, model, data_sets
+
+
+def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The same model computing in fp16 (inputs, outputs, weights, constants, casts), or None when
+    an attribute fixes float32 in a way this simple rewrite cannot follow."""
+    from onnx import TensorProto, numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    f32, f16 = TensorProto.FLOAT, TensorProto.FLOAT16
+
+    def retype(vi):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == f32:
+            vi.type.tensor_type.elem_type = f16
+
+    def half(t):
+        if t.data_type == f32:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
+
+    def graph(g) -> bool:
+        for vi in [*g.input, *g.output, *g.value_info]:
+            retype(vi)
+        for t in g.initializer:
+            half(t)
+        for node in g.node:
+            for a in node.attribute:
+                if a.HasField("t"):
+                    half(a.t)
+                elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == f32:
+                    if node.op_type != "Cast":
+                        return False
+                    a.i = f16
+                elif a.type == onnx.AttributeProto.FLOATS and len(a.floats) and node.op_type == "Constant":
+                    return False
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    if not graph(sub):
+                        return False
+        return True
+
+    return out if graph(out.graph) else None
+
+
+@functools.lru_cache(maxsize=1)
+def usable_fp16_cases() -> tuple:
+    """fp16 versions of the usable cases whose float inputs onnxruntime runs in fp16 at their own opset."""
+    usable = []
+    for case in usable_cases():
+        model = to_fp16(case.model)
+        if model is None or not any(i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+                                    for i in model.graph.input):
+            continue
+        data_sets = []
+        try:
+            sess = _session(model)
+            for inputs, _ in case.data_sets:
+                feeds = [np.asarray(x).astype(np.float16) if np.asarray(x).dtype == np.float32 else x
+                         for x in inputs]
+                got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], feeds)))
+                data_sets.append((feeds, got))
+        except Exception:
+            continue
+        usable.append(Fp16Case(case.name + "_fp16", model, data_sets))
+    return tuple(usable)
+
+
 def opset_of(model: onnx.ModelProto) -> int:
     return next(i.version for i in model.opset_import if i.domain in ("", "ai.onnx"))
 
 
-def outcome(tool, model: onnx.ModelProto, data_sets, target: int) -> str:
+def outcome(tool, model: onnx.ModelProto, data_sets, target: int, atol: float = 1e-5, rtol: float = 1e-3) -> str:
     """passed / refused (a clear error) / broken (invalid or does not run) / WRONG (runs, numbers differ)."""
     from onnxbridge.errors import OnnxBridgeError
 
@@ -74,7 +147,7 @@ def outcome(tool, model: onnx.ModelProto, data_sets, target: int) -> str:
         return "refused"
     try:
         onnx.checker.check_model(out)
-        ok = matches(out, data_sets)
+        ok = matches(out, data_sets, atol, rtol)
     except Exception:
         return "broken"
     return "passed" if ok else "WRONG"
