@@ -70,7 +70,8 @@ def pick_frontend(source: Any, from_: str | None) -> str:
             module = importlib.import_module(plugin.module)
         except Exception:
             continue
-        if module.accepts(source):
+        accepts = getattr(module, "accepts", None)
+        if accepts is not None and accepts(source):
             return name
     what = f"'{source}'" if isinstance(source, (str, Path)) else f"a {type(source).__name__}"
     raise BadInputError(f"no frontend recognises {what}; known: {', '.join(FRONTENDS.names())} "

@@ -221,15 +221,19 @@ def set_attr(node: "onnx.NodeProto", name: str, value: Any) -> None:
     import onnx
 
     drop_attr(node, name)
-    node.attribute.append(onnx.helper.make_attribute(name, value))
+    if isinstance(value, list) and value and all(type(v) is int for v in value):  # the common case, fast
+        node.attribute.add(name=name, type=onnx.AttributeProto.INTS, ints=value)
+    elif type(value) is int:
+        node.attribute.add(name=name, type=onnx.AttributeProto.INT, i=value)
+    else:
+        node.attribute.append(onnx.helper.make_attribute(name, value))
 
 
 def drop_attr(node: "onnx.NodeProto", *names: str) -> None:
-    if not any(a.name in names for a in node.attribute):
-        return
-    keep = [a for a in node.attribute if a.name not in names]
-    del node.attribute[:]
-    node.attribute.extend(keep)
+    attrs = node.attribute
+    for i in range(len(attrs) - 1, -1, -1):
+        if attrs[i].name in names:
+            del attrs[i]
 
 
 def attr_to_input(node: "onnx.NodeProto", rw: Rewriter, attr: str, index: int, dtype, *, default: Any = None,
@@ -238,8 +242,12 @@ def attr_to_input(node: "onnx.NodeProto", rw: Rewriter, attr: str, index: int, d
     as a constant of ``dtype`` (reshaped to ``shape`` if given)."""
     import numpy as np
 
-    value = get_attr(node, attr, default)
-    drop_attr(node, attr)
+    value = default
+    for i, a in enumerate(node.attribute):
+        if a.name == attr:
+            value = list(a.ints) if a.type == a.INTS else get_attr(node, attr)
+            del node.attribute[i]
+            break
     if value is not None:
         array = np.array(value, dtype)
         set_input(node, index, rw.constant(array.reshape(shape) if shape else array, f"{node.name}_{attr}"))

@@ -10,7 +10,10 @@ OPS = ("Softmax", "LogSoftmax", "Hardmax")
 @up(OPS, 13)
 def flatten_then_op(node, rw):
     """Before 13 the op ran over all axes from ``axis`` on: Flatten, run over axis 1, Reshape back."""
-    axis, rank = get_attr(node, "axis", 1), rw.rank(node.input[0])
+    axis = get_attr(node, "axis", 1)
+    if axis == -1:  # the last axis: the same at any rank, no shape needed
+        return None
+    rank = rw.rank(node.input[0])
     if rank is not None and axis % max(rank, 1) == rank - 1:
         set_attr(node, "axis", -1)
         return None
@@ -25,10 +28,13 @@ def flatten_then_op(node, rw):
 @down(OPS, 13)
 def transpose_op_transpose(node, rw):
     """From 13 the op runs along one axis: move that axis last, run over it, move it back."""
+    given = get_attr(node, "axis", -1)
+    if given == -1:  # the last axis (opset 11's rule makes it non-negative further down)
+        set_attr(node, "axis", -1)  # explicit: the default before 13 is 1
+        return None
     rank = rw.rank(node.input[0])
     if rank is None:
         refuse("the input rank is unknown, so the axis cannot be moved last")
-    given = get_attr(node, "axis", -1)
     axis = given % max(rank, 1)
     if axis == rank - 1:
         if given != axis:  # the default before 13 is 1, and negative axes need 11
