@@ -54,6 +54,23 @@ def name_nodes(graph: "onnx.GraphProto") -> None:
             taken.add(name)
 
 
+def rename_values(graph: "onnx.GraphProto", mapping: dict[str, str]) -> None:
+    """Rename values wherever they appear: graph inputs/outputs, initializers, value_info, node
+    inputs/outputs, and subgraphs that read them from outside."""
+    if not mapping:
+        return
+    for vi in [*graph.input, *graph.output, *graph.value_info, *graph.initializer]:
+        vi.name = mapping.get(vi.name, vi.name)
+    for node in graph.node:
+        for ports in (node.input, node.output):
+            for i, name in enumerate(ports):
+                if name in mapping:
+                    ports[i] = mapping[name]
+        for attr in node.attribute:
+            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                rename_values(g, mapping)
+
+
 def stamp(model: "onnx.ModelProto", source: dict[str, str | None]) -> None:
     """Record provenance: onnxbridge as producer, the exporter and source framework in metadata."""
     props = {p.key: p.value for p in model.metadata_props}

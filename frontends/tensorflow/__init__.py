@@ -1,0 +1,40 @@
+"""TensorFlow frontend: SavedModel folders, Keras 3 ``.keras`` / legacy ``.h5``, live ``keras.Model``,
+``tf.function`` and ``tf.Module``, and ``.tflite`` files; converted with tf2onnx, checked against TF."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from onnxbridge.specs import DynamicAxis, TensorSpec
+
+NAME = "tensorflow"
+OPTIONS = ("signature", "inputs_as_nchw")
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+SUFFIXES = (*KERAS_SUFFIXES, ".tflite")
+
+
+def is_saved_model(path: Path) -> bool:
+    return path.is_dir() and (path / "saved_model.pb").is_file()
+
+
+def accepts(source: Any) -> bool:
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        return path.suffix.lower() in SUFFIXES or is_saved_model(path)
+    return any(c.__module__.split(".")[0] in ("tensorflow", "keras", "tf_keras") for c in type(source).__mro__)
+
+
+def load(source: Any, *, sample_inputs: Any = None, input_shapes: Sequence[TensorSpec] = (),
+         dynamic: Sequence[DynamicAxis] = (), input_names: Sequence[str] | None = None,
+         trust: bool = False, seed: int = 0, signature: str | None = None, inputs_as_nchw: Sequence[str] = ()):
+    common = dict(sample_inputs=sample_inputs, input_shapes=input_shapes, dynamic=dynamic,
+                  inputs_as_nchw=list(inputs_as_nchw), seed=seed)
+    if isinstance(source, (str, Path)) and Path(source).suffix.lower() == ".tflite":
+        from onnxbridge.frontends.tensorflow.tflite import TFLiteModel
+
+        return TFLiteModel(Path(source), signature=signature, **common)
+    from onnxbridge.frontends.tensorflow.model import TFModel
+    from onnxbridge.frontends.tensorflow.sources import resolve
+
+    return TFModel(resolve(source, signature=signature, trust=trust, sample_inputs=sample_inputs,
+                           input_names=input_names), **common)

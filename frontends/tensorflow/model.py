@@ -1,0 +1,108 @@
+"""A TF source as a SourceModel: tf2onnx export of a flat tf.function, reference runs in TF."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from onnxbridge.errors import BadInputError, ExportError
+from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.frontends.tensorflow.signatures import (apply_overrides, check_nchw, nchw_spec, sample_for,
+                                                        to_nhwc)
+from onnxbridge.frontends.tensorflow.sources import TFFunction
+from onnxbridge.frontends.tensorflow.tfimport import import_tf, quiet
+from onnxbridge.specs import DynamicAxis, TensorSpec
+
+MIN_OPSET, MAX_OPSET = 13, 18  # what tf2onnx 1.17 emits well; the builder adapts to anything else
+
+
+def tf2onnx_opset(opset: int | None, notes: list[str]) -> int:
+    """The opset to ask tf2onnx for: the requested one when it can emit it, else the nearest."""
+    from tf2onnx import constants
+
+    if opset is None:
+        return constants.PREFERRED_OPSET
+    use = min(max(opset, MIN_OPSET), MAX_OPSET)
+    if use != opset:
+        notes.append(f"tf2onnx exported at opset {use} (it emits {MIN_OPSET}-{MAX_OPSET}); adapted to {opset}")
+    return use
+
+
+def order_outputs(graph, names: Sequence[str], rename: Sequence[str] | None) -> None:
+    """Put graph outputs in ``names`` order, then rename them to ``rename`` if given."""
+    from onnxbridge.builder import rename_values
+
+    by_name = {o.name: o for o in graph.output}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ExportError(f"tf2onnx lost output(s) {', '.join(missing)}")
+    ordered = [by_name[n] for n in names]
+    kept = [type(o)() for o in ordered]
+    for k, o in zip(kept, ordered):
+        k.CopyFrom(o)
+    del graph.output[:]
+    graph.output.extend(kept)
+    if rename:
+        if len(rename) != len(names):
+            raise BadInputError(f"{len(rename)} output names for {len(names)} outputs ({', '.join(names)})")
+        rename_values(graph, dict(zip(names, rename)))
+
+
+class TFModel(SourceModel):
+    frontend = "tensorflow"
+    framework = "tensorflow"
+    converter = "tf2onnx"
+
+    def __init__(self, fn: TFFunction, *, sample_inputs: Any, input_shapes: Sequence[TensorSpec],
+                 dynamic: Sequence[DynamicAxis], inputs_as_nchw: Sequence[str], seed: int):
+        self.fn = fn
+        self.kind, self.description = fn.kind, fn.description
+        self.tf_specs = apply_overrides(fn.specs, input_shapes, dynamic)
+        check_nchw(inputs_as_nchw, self.tf_specs)
+        self.nchw = list(inputs_as_nchw)
+        self.input_specs = [nchw_spec(s) if s.name in self.nchw else s for s in self.tf_specs]
+        self.dynamic = [DynamicAxis(d.name, self._onnx_axis(d), d.label) for d in dynamic]
+        self.sample = sample_for(self.tf_specs, sample_inputs, self.nchw, seed)
+        self.output_names: list[str] = list(fn.outputs)
+
+    def _onnx_axis(self, d: DynamicAxis) -> int:
+        if d.name not in self.nchw:
+            return d.axis
+        rank = len(next(s for s in self.tf_specs if s.name == d.name).shape)
+        axis = d.axis % rank
+        return 0 if axis == 0 else (1 if axis == rank - 1 else axis + 1)
+
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
+               exporter: str = "auto") -> Exported:
+        tf = import_tf()
+        import tf2onnx
+
+        notes: list[str] = []
+        warnings: list[str] = []
+        specs = [tf.TensorSpec(s.shape, s.dtype, name=s.name) for s in self.tf_specs]
+        fn, names = self.fn, self.fn.outputs
+
+        @tf.function(input_signature=specs)
+        def flat(*tensors):
+            return {n: tf.identity(t) for n, t in zip(names, fn.call(list(tensors)))}
+
+        use = tf2onnx_opset(opset, notes)
+        try:
+            with quiet(warnings):
+                proto, _ = tf2onnx.convert.from_function(flat, input_signature=specs, opset=use,
+                                                         inputs_as_nchw=[f"{n}:0" for n in self.nchw] or None)
+        except Exception as exc:
+            raise ExportError(f"tf2onnx failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
+        order_outputs(proto.graph, names, output_names)
+        if output_names:
+            self.output_names = list(output_names)
+        return Exported(proto, None, f"tf2onnx {tf2onnx.__version__}", notes, warnings)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        tf = import_tf()
+        tensors = []
+        for s in self.tf_specs:
+            a = np.asarray(feeds[s.name])
+            tensors.append(tf.constant(to_nhwc(a) if s.name in self.nchw else a))
+        return [np.asarray(t) for t in self.fn.call(tensors)]

@@ -1,0 +1,69 @@
+"""TensorFlow test models, built in code once per session (this folder runs in a process of its own)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+pytest.importorskip("tf2onnx")
+
+
+def keras_cnn():
+    """NHWC image -> class probabilities and an embedding (two named outputs)."""
+    keras.utils.set_random_seed(0)
+    image = keras.Input((16, 16, 3), name="image")
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(image)
+    x = keras.layers.BatchNormalization()(x)
+    x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Conv2D(8, 3, padding="same")(x)
+    embedding = keras.layers.GlobalAveragePooling2D(name="embedding")(x)
+    probs = keras.layers.Dense(5, activation="softmax", name="probs")(embedding)
+    model = keras.Model(image, [probs, embedding], name="cnn")
+    # non-trivial BatchNorm statistics, so eval vs training mode matters
+    bn = model.layers[2]
+    bn.moving_mean.assign(np.linspace(-0.5, 0.5, 8).astype("float32"))
+    bn.moving_variance.assign(np.linspace(0.5, 2.0, 8).astype("float32"))
+    return model
+
+
+class Scorer(tf.Module):
+    """A tf.Module with two signatures: serving_default (dict outputs) and scale."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = tf.Variable(tf.random.stateless_normal([8, 4], seed=[1, 2]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="features")])
+    def __call__(self, features):
+        return {"logits": tf.matmul(features, self.w), "norm": tf.reduce_sum(tf.square(features), axis=1)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+    def scale(self, x):
+        return tf.nn.relu(x) * 2.0
+
+
+@pytest.fixture(scope="session")
+def cnn():
+    return keras_cnn()
+
+
+@pytest.fixture(scope="session")
+def tf_files(tmp_path_factory, cnn):
+    """Paths of every file kind, written once."""
+    root = tmp_path_factory.mktemp("tf_models")
+    cnn.save(root / "cnn.keras")
+    cnn.save(root / "cnn.h5")
+    scorer = Scorer()
+    tf.saved_model.save(scorer, str(root / "scorer"), signatures={"serving_default": scorer.__call__,
+                                                                 "scale": scorer.scale})
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([scorer.__call__.get_concrete_function()], scorer)
+    (root / "scorer.tflite").write_bytes(converter.convert())
+    x = keras.Input((4,), name="x")
+    keras.Model(x, keras.layers.Lambda(lambda t: t * 3.0 + 1.0)(x)).save(root / "lambda.keras")
+    (root / "broken.keras").write_bytes(b"PK\x03\x04 not really a zip")
+    (root / "broken.tflite").write_bytes(b"\x00" * 64)
+    return root
