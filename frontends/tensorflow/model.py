@@ -5,14 +5,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-
-from onnxbridge.errors import BadInputError, ExportError
 from onnxbridge.frontends.base import Exported, SourceModel
-from onnxbridge.frontends.tensorflow.signatures import (apply_overrides, check_nchw, nchw_spec, sample_for,
-                                                        to_nhwc)
+from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_spec, sample_for, to_nhwc
 from onnxbridge.frontends.tensorflow.sources import TFFunction
 from onnxbridge.frontends.tensorflow.tfimport import import_tf, quiet
-from onnxbridge.specs import DynamicAxis, TensorSpec
+
+from onnxbridge.errors import BadInputError, ExportError
+from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
 
 MIN_OPSET, MAX_OPSET = 13, 18  # what tf2onnx 1.17 emits well; the builder adapts to anything else
 

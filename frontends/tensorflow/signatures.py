@@ -2,43 +2,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from onnxbridge.errors import BadInputError
-from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, check_names, random_sample
-
-
-def apply_overrides(specs: list[TensorSpec], input_shapes: Sequence[TensorSpec],
-                    dynamic: Sequence[DynamicAxis], *, can_open: bool = True) -> list[TensorSpec]:
-    """``--input-shape`` fixes dims (and dtype); ``--dynamic`` opens an axis (when ``can_open``)."""
-    names = [s.name for s in specs]
-    check_names("--input-shape", [s.name for s in input_shapes], names)
-    check_names("--dynamic", [d.name for d in dynamic], names)
-    by_name = {s.name: s for s in specs}
-    for given in input_shapes:
-        have = by_name[given.name]
-        if len(given.shape) != len(have.shape) or any(isinstance(h, int) and h != g
-                                                       for h, g in zip(have.shape, given.shape)):
-            raise BadInputError(f"--input-shape {given.name}:{','.join(map(str, given.shape))} does not fit the "
-                                f"model's input shape {_text(have.shape)}")
-        by_name[given.name] = TensorSpec(given.name, given.shape, given.dtype or have.dtype)
-    for d in dynamic:
-        have = by_name[d.name]
-        if not -len(have.shape) <= d.axis < len(have.shape):
-            raise BadInputError(f"--dynamic {d.name}:{d.axis}: the input has rank {len(have.shape)}")
-        axis = d.axis % len(have.shape)
-        if isinstance(have.shape[axis], int) and not can_open:
-            raise BadInputError(f"--dynamic {d.name}:{d.axis}: this model fixes that axis to {have.shape[axis]}")
-        shape = list(have.shape)
-        shape[axis] = None
-        by_name[d.name] = TensorSpec(d.name, tuple(shape), have.dtype)
-    return [by_name[n] for n in names]
-
-
-def _text(shape: Sequence) -> str:
-    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+from onnxbridge.specs import Sample, TensorSpec, as_arrays, check_names, random_sample
 
 
 def to_nchw(a: np.ndarray) -> np.ndarray:
@@ -74,20 +43,6 @@ def sample_for(specs: Sequence[TensorSpec], sample_inputs: Any, nchw: Sequence[s
             a = a.astype(s.dtype)
         feeds[s.name] = to_nchw(a) if s.name in nchw else a
     return Sample(feeds, origin="sample inputs")
-
-
-def as_arrays(sample: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """Sample inputs (array, tf tensor, list/tuple in input order, or name -> value) as named numpy arrays."""
-    if isinstance(sample, Mapping):
-        check_names("sample input", list(sample), names)
-        missing = [n for n in names if n not in sample]
-        if missing:
-            raise BadInputError(f"sample inputs lack {', '.join(map(repr, missing))}")
-        return {n: np.asarray(sample[n]) for n in names}
-    values = list(sample) if isinstance(sample, (list, tuple)) else [sample]
-    if len(values) != len(names):
-        raise BadInputError(f"{len(values)} sample input(s) for {len(names)} model input(s) ({', '.join(names)})")
-    return {n: np.asarray(v) for n, v in zip(names, values)}
 
 
 def output_names(paths: Sequence[str], preferred: Sequence[str] | None = None) -> list[str]:

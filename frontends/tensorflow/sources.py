@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from onnxbridge.errors import BadInputError, UnsafeInputError
 from onnxbridge.frontends.tensorflow import KERAS_SUFFIXES, is_saved_model
-from onnxbridge.frontends.tensorflow.signatures import as_arrays, output_names
+from onnxbridge.frontends.tensorflow.signatures import output_names
 from onnxbridge.frontends.tensorflow.tfimport import import_tf
-from onnxbridge.specs import TensorSpec
+
+from onnxbridge.errors import BadInputError, UnsafeInputError
+from onnxbridge.specs import TensorSpec, as_arrays
 
 
 @dataclass

@@ -6,14 +6,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-
-from onnxbridge.errors import BadInputError, ExportError, UnsupportedError
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.tensorflow.model import order_outputs, tf2onnx_opset
-from onnxbridge.frontends.tensorflow.signatures import (apply_overrides, check_nchw, nchw_spec, sample_for,
-                                                        to_nhwc)
+from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_spec, sample_for, to_nhwc
 from onnxbridge.frontends.tensorflow.tfimport import import_tf, quiet
-from onnxbridge.specs import DynamicAxis, TensorSpec
+
+from onnxbridge.errors import BadInputError, ExportError, UnsupportedError
+from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
 
 
 def _spec(name: str, detail: dict) -> TensorSpec:
