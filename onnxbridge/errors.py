@@ -49,3 +49,10 @@ class ValidationFailed(OnnxBridgeError):
 
 
 EXIT_INTERNAL = 4
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of an exception's message (its class name if none), cut to ``limit``."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

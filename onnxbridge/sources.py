@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from onnxbridge.errors import BadInputError
+from onnxbridge.errors import BadInputError, first_line
 
 _FACTORY = re.compile(r"^(?P<mod>[^:]+\.py|[A-Za-z_][\w.]*):(?P<fn>[A-Za-z_]\w*)$")
 
@@ -37,22 +37,17 @@ def call_factory(spec: str) -> tuple[Any, Any]:
     except BadInputError:
         raise
     except Exception as exc:
-        raise BadInputError(f"cannot import '{mod_name}': {type(exc).__name__}: {_first_line(exc)}") from None
+        raise BadInputError(f"cannot import '{mod_name}': {type(exc).__name__}: {first_line(exc)}") from None
     fn = getattr(module, fn_name, None)
     if not callable(fn):
         raise BadInputError(f"'{mod_name}' has no callable '{fn_name}'")
     try:
         result = fn()
     except Exception as exc:
-        raise BadInputError(f"factory '{spec}' raised {type(exc).__name__}: {_first_line(exc)}") from None
+        raise BadInputError(f"factory '{spec}' raised {type(exc).__name__}: {first_line(exc)}") from None
     if isinstance(result, tuple) and len(result) == 2:
         return result[0], result[1]
     return result, None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0][:300] if lines else ""
 
 
 def pick_frontend(source: Any, from_: str | None) -> str:

@@ -3,30 +3,24 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import io
-import logging
-import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from onnxbridge.errors import BadInputError, ExportError
+from onnxbridge.errors import BadInputError, ExportError, first_line
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.pytorch import archives
+from onnxbridge.quiet import quiet
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array
+
+TORCH_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
 
 EXPORTERS = ("auto", "dynamo", "torchscript")
 _TORCH_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64",
                  torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16",
                  torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def to_numpy(t: Any) -> np.ndarray:
@@ -90,26 +84,6 @@ def native_output_silenced():
             for fd, copy in zip((1, 2), saved):
                 os.dup2(copy, fd)
                 os.close(copy)
-
-
-@contextlib.contextmanager
-def quiet_export(caught: list[str]):
-    """Silence torch's prints and logger chatter; keep its warnings for the report."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("always")
-            yield
-    finally:
-        for lg, lvl in zip(loggers, levels):
-            lg.setLevel(lvl)
-    for r in records:
-        msg = _one_line(r.message, 200)
-        if msg not in caught and len(caught) < 10:
-            caught.append(msg)
 
 
 def _param_names(module: Any) -> list[str]:
@@ -211,7 +185,7 @@ class TorchModel(SourceModel):
         try:
             model._reference0 = model._forward(model.args, model.kwargs)
         except Exception as exc:
-            raise BadInputError(f"the model fails on inputs {model.sample.shapes()}: {_one_line(exc)}") from None
+            raise BadInputError(f"the model fails on inputs {model.sample.shapes()}: {first_line(exc)}") from None
         return model
 
     # running ---------------------------------------------------------------------------------
@@ -303,10 +277,10 @@ class TorchModel(SourceModel):
         for name in self.exporter_order(exporter, opset):
             path = workdir / f"{name}.onnx"
             try:
-                with quiet_export(caught), eval_mode(self.module, grad=True):
+                with quiet(caught, TORCH_LOGGERS), eval_mode(self.module, grad=True):
                     self._export_with(name, path, opset, input_names, outputs, notes)
             except Exception as exc:
-                failures.append(f"{name} exporter: {_one_line(exc)}")
+                failures.append(f"{name} exporter: {first_line(exc)}")
                 continue
             if failures:
                 notes.append(f"fell back to the {name} exporter after: {failures[0]}")
@@ -374,7 +348,7 @@ def _call(fn, what: str):
     try:
         return fn()
     except Exception as exc:
-        raise BadInputError(f"{what}: {_one_line(exc)}") from None
+        raise BadInputError(f"{what}: {first_line(exc)}") from None
 
 
 def _split_sample(sample: Any) -> tuple[tuple, dict]:

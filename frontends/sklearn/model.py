@@ -1,9 +1,6 @@
 """A loaded scikit-learn estimator: ONNX export with skl2onnx and reference runs with predict & co."""
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -12,18 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from onnxbridge.errors import BadInputError, ExportError, UnsupportedError
+from onnxbridge.errors import BadInputError, ExportError, UnsupportedError, first_line
 from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.quiet import quiet
 from onnxbridge.frontends.sklearn import boosters, files, fixes, inputs, opsets
 from onnxbridge.specs import DynamicAxis, TensorSpec
 
 _TOO_LOW = re.compile(r"requires at least opset (\d+)")
-
-
-def _one_line(exc: BaseException, limit: int = 300) -> str:
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = lines[0] if lines else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # Reference outputs, shaped as skl2onnx lays them out ------------------------------------------
@@ -78,24 +70,6 @@ def describe(est: Any) -> str:
     return type(est).__name__
 
 
-@contextlib.contextmanager
-def quiet(caught: list[str]):
-    """Silence skl2onnx's logging and prints; keep its warnings for the report."""
-    logger = logging.getLogger("skl2onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("always")
-            yield
-    finally:
-        logger.setLevel(level)
-    for r in records:
-        msg = _one_line(r.message, 200)
-        if msg not in caught and len(caught) < 10:
-            caught.append(msg)
-
-
 class SklearnModel(SourceModel):
     frontend = "sklearn"
     framework = "scikit-learn"
@@ -144,7 +118,7 @@ class SklearnModel(SourceModel):
             model._reference0 = model._predict(layout.sample.feeds)
         except Exception as exc:
             raise BadInputError(f"{description} fails on its sample inputs {layout.sample.shapes()}: "
-                                f"{type(exc).__name__}: {_one_line(exc)}") from None
+                                f"{type(exc).__name__}: {first_line(exc)}") from None
         return model
 
     # running ---------------------------------------------------------------------------------
@@ -197,7 +171,7 @@ class SklearnModel(SourceModel):
         while True:
             target = {"": main, opsets.ML: min(opsets.paired_ml(main), opsets.SKL2ONNX_MAX_ML)}
             try:
-                with fixes.patched(), quiet(caught):
+                with fixes.patched(), quiet(caught, ("skl2onnx",)):
                     try:
                         model = convert_sklearn(self.estimator, initial_types=self.layout.initial_types(),
                                                 target_opset=target, options=options)
@@ -235,7 +209,7 @@ def _at_default(model: Any, main: int, notes: list[str]) -> Any:
 
 
 def _export_error(what: str, exc: Exception) -> Exception:
-    text = _one_line(exc)
+    text = first_line(exc)
     if "shape calculator" in text or "No proper converter" in text or type(exc).__name__ == "MissingShapeCalculator":
         return UnsupportedError(f"skl2onnx has no converter for a part of {what}: {text}",
                                 hint="register one with skl2onnx.update_registered_converter")
@@ -251,7 +225,7 @@ def _check_fitted(est: Any, what: str) -> None:
     except NotFittedError:
         raise BadInputError(f"{what} is not fitted; call fit() before converting it") from None
     except TypeError as exc:
-        raise BadInputError(f"{what} is not a scikit-learn estimator: {_one_line(exc)}") from None
+        raise BadInputError(f"{what} is not a scikit-learn estimator: {first_line(exc)}") from None
 
 
 def _name_batch(model: Any) -> None:

@@ -8,7 +8,8 @@ import numpy as np
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_spec, sample_for, to_nhwc
 from onnxbridge.frontends.tensorflow.sources import TFFunction
-from onnxbridge.frontends.tensorflow.tfimport import import_tf, quiet
+from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
+from onnxbridge.quiet import quiet
 
 from onnxbridge.errors import BadInputError, ExportError
 from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
@@ -88,7 +89,7 @@ class TFModel(SourceModel):
 
         use = tf2onnx_opset(opset, notes)
         try:
-            with quiet(warnings):
+            with quiet(warnings, LOGGERS):
                 proto, _ = tf2onnx.convert.from_function(flat, input_signature=specs, opset=use,
                                                          inputs_as_nchw=[f"{n}:0" for n in self.nchw] or None)
         except Exception as exc:

@@ -1,12 +1,10 @@
-"""Import TensorFlow quietly and keep tf2onnx / TFLite chatter out of the user's terminal."""
+"""Import TensorFlow quietly; the loggers to silence while tf2onnx works."""
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 import os
-import warnings
-from typing import Iterator
+
+LOGGERS = ("tf2onnx", "tensorflow", "absl")
 
 
 def import_tf():
@@ -17,26 +15,6 @@ def import_tf():
     require_importable("tensorflow")
     import tensorflow as tf
 
-    for name in ("tensorflow", "absl", "tf2onnx"):
+    for name in LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
     return tf
-
-
-@contextlib.contextmanager
-def quiet(caught: list[str]) -> Iterator[None]:
-    """Silence tf2onnx's logging and stdout; collect Python warnings (deduplicated) into ``caught``."""
-    loggers = [logging.getLogger(n) for n in ("tf2onnx", "tensorflow", "absl")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(record=True) as records, contextlib.redirect_stdout(io.StringIO()):
-            warnings.simplefilter("always")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-    for w in records:
-        text = " ".join(str(w.message).split())[:300]
-        if text not in caught and "deprecated" not in text.lower() and len(caught) < 10:
-            caught.append(text)

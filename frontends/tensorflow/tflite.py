@@ -9,7 +9,8 @@ import numpy as np
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.tensorflow.model import order_outputs, tf2onnx_opset
 from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_spec, sample_for, to_nhwc
-from onnxbridge.frontends.tensorflow.tfimport import import_tf, quiet
+from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
+from onnxbridge.quiet import quiet
 
 from onnxbridge.errors import BadInputError, ExportError, UnsupportedError
 from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
@@ -83,7 +84,7 @@ class TFLiteModel(SourceModel):
         caught: list[str] = []
         by_sig = {v: k for k, v in self.tensor_names.items()}
         try:
-            with quiet(caught):
+            with quiet(caught, LOGGERS):
                 proto, _ = tf2onnx.convert.from_tflite(
                     str(self.path), opset=tf2onnx_opset(opset, notes),
                     inputs_as_nchw=[by_sig[n] for n in self.nchw] or None)
