@@ -10,6 +10,16 @@ from onnxbridge.errors import BadInputError
 from onnxbridge.specs import Sample, TensorSpec, as_arrays, check_names, random_sample
 
 
+def choose_signature(available: Sequence[str], requested: str | None, where: str) -> str:
+    """``requested``, else serving_default, else the only one; a missing name lists what there is."""
+    if requested is None:
+        requested = "serving_default" if "serving_default" in available or len(available) != 1 else available[0]
+    if requested not in available:
+        raise BadInputError(f"{where} has no signature '{requested}'; it has: {', '.join(sorted(available))} "
+                            "(choose one with --signature)")
+    return requested
+
+
 def to_nchw(a: np.ndarray) -> np.ndarray:
     return np.transpose(a, (0, a.ndim - 1, *range(1, a.ndim - 1)))
 

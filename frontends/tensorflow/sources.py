@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from onnxbridge.frontends.tensorflow import KERAS_SUFFIXES, is_saved_model
-from onnxbridge.frontends.tensorflow.signatures import output_names
+from onnxbridge.frontends.tensorflow.signatures import choose_signature, output_names
 from onnxbridge.frontends.tensorflow.tfimport import import_tf
 
 from onnxbridge.errors import BadInputError, UnsafeInputError
@@ -160,12 +160,7 @@ def _saved_model(path: Path, signature: str | None) -> TFFunction:
     signatures = dict(loaded.signatures)
     if not signatures:
         raise BadInputError(f"SavedModel '{path}' has no signatures to convert")
-    if signature is None:
-        signature = "serving_default" if "serving_default" in signatures or len(signatures) != 1 \
-            else next(iter(signatures))
-    if signature not in signatures:
-        raise BadInputError(f"SavedModel '{path}' has no signature '{signature}'; it has: "
-                            f"{', '.join(sorted(signatures))} (choose one with --signature)")
+    signature = choose_signature(list(signatures), signature, f"SavedModel '{path}'")
     concrete = signatures[signature]
     args = concrete.structured_input_signature[1]
     specs = []

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.tensorflow.model import order_outputs, tf2onnx_opset
-from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_spec, sample_for, to_nhwc
+from onnxbridge.frontends.tensorflow.signatures import check_nchw, choose_signature, nchw_spec, sample_for, to_nhwc
 from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
 from onnxbridge.quiet import quiet
 
@@ -44,12 +44,7 @@ class TFLiteModel(SourceModel):
         signatures = self.interpreter.get_signature_list()
         self.runner = None
         if signatures:
-            if signature is None:
-                signature = "serving_default" if "serving_default" in signatures or len(signatures) != 1 \
-                    else next(iter(signatures))
-            if signature not in signatures:
-                raise BadInputError(f"'{path.name}' has no signature '{signature}'; it has: "
-                                    f"{', '.join(sorted(signatures))} (choose one with --signature)")
+            signature = choose_signature(list(signatures), signature, f"'{path.name}'")
             self.runner = self.interpreter.get_signature_runner(signature)
             ins, outs = self.runner.get_input_details(), self.runner.get_output_details()
             self.inputs = list(signatures[signature]["inputs"])
