@@ -212,13 +212,16 @@ class PaddleModel(SourceModel):
             tensors = [paddle.to_tensor(np.ascontiguousarray(feeds[s.name])) for s in self.input_specs]
             with eval_mode(self.layer), paddle.no_grad():
                 return [np.asarray(t.numpy()) for t in _flatten(self.layer(*tensors))]
+        from onnxbridge.quiet import native_output_silenced
+
         p = self.predictor
         for s in self.input_specs:
             a = np.ascontiguousarray(feeds[s.name])
             handle = p.get_input_handle(s.name)
             handle.reshape(list(a.shape))
             handle.copy_from_cpu(a)
-        p.run()
+        with native_output_silenced():  # it prints oneDNN debug lines to stdout
+            p.run()
         return [p.get_output_handle(n).copy_to_cpu() for n in p.get_output_names()]
 
 

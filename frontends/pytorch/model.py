@@ -12,7 +12,7 @@ import torch
 from onnxbridge.errors import BadInputError, ExportError, first_line
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.pytorch import archives
-from onnxbridge.quiet import quiet
+from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array
 
 TORCH_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
@@ -60,30 +60,6 @@ def eval_mode(module: Any, *, grad: bool = False):
     finally:
         for m, flag in states:
             m.training = flag
-
-
-@contextlib.contextmanager
-def native_output_silenced():
-    """Swallow what C++ code writes to file descriptors 1 and 2 (the TorchScript exporter dumps
-    whole graphs there when it fails)."""
-    import os
-    import sys
-    import tempfile
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for fd, copy in zip((1, 2), saved):
-                os.dup2(copy, fd)
-                os.close(copy)
 
 
 def _param_names(module: Any) -> list[str]:
