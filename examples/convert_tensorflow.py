@@ -14,10 +14,10 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import keras  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import tensorflow as tf
 
-import onnxbridge  # noqa: E402
+import onnxbridge
 
 
 def keras_cnn() -> keras.Model:

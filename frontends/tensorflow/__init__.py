@@ -2,8 +2,9 @@
 ``tf.function`` and ``tf.Module``, and ``.tflite`` files; converted with tf2onnx, checked against TF."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from onnxbridge.specs import DynamicAxis, TensorSpec
 
@@ -27,8 +28,8 @@ def accepts(source: Any) -> bool:
 def load(source: Any, *, sample_inputs: Any = None, input_shapes: Sequence[TensorSpec] = (),
          dynamic: Sequence[DynamicAxis] = (), input_names: Sequence[str] | None = None,
          trust: bool = False, seed: int = 0, signature: str | None = None, inputs_as_nchw: Sequence[str] = ()):
-    common = dict(sample_inputs=sample_inputs, input_shapes=input_shapes, dynamic=dynamic,
-                  inputs_as_nchw=list(inputs_as_nchw), seed=seed)
+    common = {"sample_inputs": sample_inputs, "input_shapes": input_shapes, "dynamic": dynamic,
+              "inputs_as_nchw": list(inputs_as_nchw), "seed": seed}
     if isinstance(source, (str, Path)) and Path(source).suffix.lower() == ".tflite":
         from onnxbridge.frontends.tensorflow.tflite import TFLiteModel
 

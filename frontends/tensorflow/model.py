@@ -1,17 +1,18 @@
 """A TF source as a SourceModel: tf2onnx export of a flat tf.function, reference runs in TF."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from onnxbridge.frontends.base import Exported, SourceModel
-from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_spec, sample_for, to_nhwc
+from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_dynamic, nchw_spec, sample_for, to_nhwc
 from onnxbridge.frontends.tensorflow.sources import TFFunction
 from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
-from onnxbridge.quiet import quiet
 
 from onnxbridge.errors import BadInputError, ExportError
+from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
 
 MIN_OPSET, MAX_OPSET = 13, 18  # what tf2onnx 1.17 emits well; the builder adapts to anything else
@@ -58,20 +59,13 @@ class TFModel(SourceModel):
                  dynamic: Sequence[DynamicAxis], inputs_as_nchw: Sequence[str], seed: int):
         self.fn = fn
         self.kind, self.description = fn.kind, fn.description
-        self.tf_specs = apply_overrides(fn.specs, input_shapes, dynamic)
+        self.tf_specs = apply_overrides(fn.specs, input_shapes, dynamic, can_open=fn.can_open)
         check_nchw(inputs_as_nchw, self.tf_specs)
         self.nchw = list(inputs_as_nchw)
         self.input_specs = [nchw_spec(s) if s.name in self.nchw else s for s in self.tf_specs]
-        self.dynamic = [DynamicAxis(d.name, self._onnx_axis(d), d.label) for d in dynamic]
+        self.dynamic = nchw_dynamic(dynamic, self.tf_specs, self.nchw)
         self.sample = sample_for(self.tf_specs, sample_inputs, self.nchw, seed)
         self.output_names: list[str] = list(fn.outputs)
-
-    def _onnx_axis(self, d: DynamicAxis) -> int:
-        if d.name not in self.nchw:
-            return d.axis
-        rank = len(next(s for s in self.tf_specs if s.name == d.name).shape)
-        axis = d.axis % rank
-        return 0 if axis == 0 else (1 if axis == rank - 1 else axis + 1)
 
     def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
                exporter: str = "auto") -> Exported:
@@ -89,10 +83,10 @@ class TFModel(SourceModel):
 
         use = tf2onnx_opset(opset, notes)
         try:
-            with quiet(warnings, LOGGERS):
+            with native_output_silenced(), quiet(warnings, LOGGERS):
                 proto, _ = tf2onnx.convert.from_function(flat, input_signature=specs, opset=use,
                                                          inputs_as_nchw=[f"{n}:0" for n in self.nchw] or None)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line
             raise ExportError(f"tf2onnx failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
         order_outputs(proto.graph, names, output_names)
         if output_names:

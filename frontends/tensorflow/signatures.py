@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from onnxbridge.errors import BadInputError
-from onnxbridge.specs import Sample, TensorSpec, as_arrays, check_names, random_sample
+from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, as_arrays, check_names, random_sample
 
 
 def choose_signature(available: Sequence[str], requested: str | None, where: str) -> str:
@@ -31,6 +32,18 @@ def to_nhwc(a: np.ndarray) -> np.ndarray:
 def nchw_spec(spec: TensorSpec) -> TensorSpec:
     s = spec.shape
     return TensorSpec(spec.name, (s[0], s[-1], *s[1:-1]), spec.dtype)
+
+
+def nchw_dynamic(dynamic: Sequence[DynamicAxis], specs: Sequence[TensorSpec], nchw: Sequence[str]) -> list[DynamicAxis]:
+    """``--dynamic`` axes (given in TF layout) as axes of the ONNX inputs."""
+    ranks = {s.name: len(s.shape) for s in specs}
+    out = []
+    for d in dynamic:
+        axis = d.axis % ranks[d.name]
+        if d.name in nchw and axis:
+            axis = 1 if axis == ranks[d.name] - 1 else axis + 1
+        out.append(DynamicAxis(d.name, axis, d.label))
+    return out
 
 
 def check_nchw(names: Sequence[str], specs: Sequence[TensorSpec]) -> None:

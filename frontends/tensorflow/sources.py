@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from onnxbridge.frontends.tensorflow import KERAS_SUFFIXES, is_saved_model
 from onnxbridge.frontends.tensorflow.signatures import choose_signature, output_names
@@ -23,7 +24,7 @@ class TFFunction:
     outputs: list[str]
     kind: str
     description: str
-    shapes_from_sample: bool = False  # True when no signature existed and the sample fixed the shapes
+    can_open: bool = True  # whether an axis the specs fix can be made dynamic (``call`` accepts other sizes)
 
 
 def resolve(source: Any, *, signature: str | None, trust: bool, sample_inputs: Any,
@@ -46,8 +47,7 @@ def resolve(source: Any, *, signature: str | None, trust: bool, sample_inputs: A
         return _keras(source, sample_inputs, input_names)
     if isinstance(source, tf.types.experimental.PolymorphicFunction) or hasattr(source, "get_concrete_function"):
         return _function(source, sample_inputs, input_names, "tf.function")
-    if isinstance(source, tf.Module) and callable(getattr(source, "__call__", None)) \
-            and hasattr(type(source).__call__, "get_concrete_function"):
+    if isinstance(source, tf.Module) and callable(source) and hasattr(source.__call__, "get_concrete_function"):
         return _function(source.__call__, sample_inputs, input_names, "tf.Module")
     raise BadInputError(f"a {type(source).__name__} is not a keras.Model, tf.function or tf.Module with a "
                         "tf.function __call__")
@@ -60,7 +60,7 @@ def _load_keras(path: Path, trust: bool):
         raise BadInputError(f"'{path}' does not exist")
     try:
         return keras.saving.load_model(str(path), compile=False, safe_mode=not trust)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line
         text = " ".join(str(exc).split())
         if "safe_mode" in text or "arbitrary code" in text:
             raise UnsafeInputError(f"{path.name} holds Python code (a Lambda layer) that would run on load; "
@@ -73,9 +73,9 @@ def _spec(name: str, shape, dtype) -> TensorSpec:
     return TensorSpec(name, dims, str(getattr(dtype, "name", dtype)))
 
 
-def _sample_specs(sample_inputs: Any, names: list[str] | None, what: str) -> list[TensorSpec]:
+def _sample_specs(sample_inputs: Any, names: list[str] | None, what: str, fix: str) -> list[TensorSpec]:
     if sample_inputs is None:
-        raise BadInputError(f"this {what} has no input signature: pass sample inputs (or give it an input_signature)")
+        raise BadInputError(f"this {what} has no input signature: pass sample inputs (or {fix})")
     if names is None:
         count = len(sample_inputs) if isinstance(sample_inputs, (list, tuple)) else 1
         names = ["x"] if count == 1 else [f"input_{i}" for i in range(count)]
@@ -85,10 +85,7 @@ def _sample_specs(sample_inputs: Any, names: list[str] | None, what: str) -> lis
 
 def _keras(model, sample_inputs: Any, input_names: Sequence[str] | None) -> TFFunction:
     tf = import_tf()
-    try:
-        structure = model.input
-    except (AttributeError, ValueError):  # a subclassed model: its sample decides the inputs
-        structure = None
+    structure = _keras_inputs(model)
     if structure is not None:
         flat = tf.nest.flatten(structure)
         names = list(input_names) if input_names else [t.name for t in flat]
@@ -98,19 +95,31 @@ def _keras(model, sample_inputs: Any, input_names: Sequence[str] | None) -> TFFu
 
         def call(tensors: list) -> list:
             return tf.nest.flatten(model(tf.nest.pack_sequence_as(structure, tensors), training=False))
-        from_sample = False
     else:
-        specs = _sample_specs(sample_inputs, list(input_names) if input_names else None, "Keras model")
+        specs = _sample_specs(sample_inputs, list(input_names) if input_names else None, "Keras model",
+                              "build it on keras.Input")
         specs = [TensorSpec(s.name, (None, *s.shape[1:]) if s.shape else s.shape, s.dtype) for s in specs]
 
         def call(tensors: list) -> list:
             return tf.nest.flatten(model(tensors[0] if len(tensors) == 1 else tensors, training=False))
-        from_sample = True
     count = len(call([tf.zeros([d or 1 for d in s.shape], s.dtype) for s in specs]))
     paths = [""] if count == 1 else [str(i) for i in range(count)]
     preferred = list(getattr(model, "output_names", None) or [])
     return TFFunction(specs, call, output_names(paths, preferred), "keras.Model",
-                      f"Keras {type(model).__name__} '{model.name}'", from_sample)
+                      f"Keras {type(model).__name__} '{model.name}'")
+
+
+def _keras_inputs(model):
+    """The model's symbolic inputs in the structure its call takes; None for a subclassed or unbuilt model."""
+    try:
+        return model.input
+    except (AttributeError, ValueError):
+        pass
+    try:  # a Sequential that starts with keras.Input has ``inputs`` but no ``input`` until called
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        return None
+    return inputs[0] if inputs and len(inputs) == 1 else inputs or None
 
 
 def _function(fn, sample_inputs: Any, input_names: Sequence[str] | None, kind: str) -> TFFunction:
@@ -121,21 +130,22 @@ def _function(fn, sample_inputs: Any, input_names: Sequence[str] | None, kind: s
         flat = tf.nest.flatten(signature)
         names = list(input_names) if input_names else [s.name or (params[i] if i < len(params) else f"input_{i}")
                                                        for i, s in enumerate(flat)]
+        if len(names) != len(flat):
+            raise BadInputError(f"{len(names)} input names for {len(flat)} inputs")
         specs = [_spec(n, s.shape, s.dtype) for n, s in zip(names, flat)]
-        from_sample = False
+        structured = fn.get_concrete_function().structured_outputs
     else:
         names = list(input_names) if input_names else (params if sample_inputs is not None and
                                                        len(params) == _count(sample_inputs) else None)
-        specs = _sample_specs(sample_inputs, names, kind)
-        from_sample = True
-    tf_specs = [tf.TensorSpec(s.shape, s.dtype, name=s.name) for s in specs]
-    structured = fn.get_concrete_function(*tf_specs).structured_outputs
+        specs = _sample_specs(sample_inputs, names, kind, "give it an input_signature")
+        structured = fn.get_concrete_function(*[tf.TensorSpec(s.shape, s.dtype) for s in specs]).structured_outputs
     paths = _paths(structured)
 
     def call(tensors: list) -> list:
         return tf.nest.flatten(fn(*tensors))
     name = getattr(fn, "__name__", None) or getattr(getattr(fn, "python_function", None), "__name__", "function")
-    return TFFunction(specs, call, output_names(paths), kind, f"{kind} {name}", from_sample)
+    # an input_signature binds every call: an axis it fixes cannot be opened with --dynamic
+    return TFFunction(specs, call, output_names(paths), kind, f"{kind} {name}", can_open=not signature)
 
 
 def _count(sample: Any) -> int:
@@ -155,7 +165,7 @@ def _saved_model(path: Path, signature: str | None) -> TFFunction:
     tf = import_tf()
     try:
         loaded = tf.saved_model.load(str(path))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line
         raise BadInputError(f"cannot load SavedModel '{path}': {' '.join(str(exc).split())[:300]}") from None
     signatures = dict(loaded.signatures)
     if not signatures:

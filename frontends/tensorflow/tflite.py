@@ -2,17 +2,25 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.tensorflow.model import order_outputs, tf2onnx_opset
-from onnxbridge.frontends.tensorflow.signatures import check_nchw, choose_signature, nchw_spec, sample_for, to_nhwc
+from onnxbridge.frontends.tensorflow.signatures import (
+    check_nchw,
+    choose_signature,
+    nchw_dynamic,
+    nchw_spec,
+    sample_for,
+    to_nhwc,
+)
 from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
-from onnxbridge.quiet import quiet
 
 from onnxbridge.errors import BadInputError, ExportError, UnsupportedError
+from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
 
 
@@ -39,7 +47,7 @@ class TFLiteModel(SourceModel):
                 # the built-in kernels only: no XNNPACK delegate (its own numerics, and a banner on stderr)
                 resolver = tf.lite.experimental.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
                 self.interpreter = tf.lite.Interpreter(model_path=str(path), experimental_op_resolver_type=resolver)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line
             raise BadInputError(f"'{path.name}' is not a TFLite model: {' '.join(str(exc).split())[:200]}") from None
         signatures = self.interpreter.get_signature_list()
         self.runner = None
@@ -64,7 +72,7 @@ class TFLiteModel(SourceModel):
         check_nchw(inputs_as_nchw, self.tf_specs)
         self.nchw = list(inputs_as_nchw)
         self.input_specs = [nchw_spec(s) if s.name in self.nchw else s for s in self.tf_specs]
-        self.dynamic = list(dynamic)
+        self.dynamic = nchw_dynamic(dynamic, self.tf_specs, self.nchw)
         self.sample = sample_for(self.tf_specs, sample_inputs, self.nchw, seed)
         self.output_names = list(self.outputs)
 
@@ -79,15 +87,15 @@ class TFLiteModel(SourceModel):
         caught: list[str] = []
         by_sig = {v: k for k, v in self.tensor_names.items()}
         try:
-            with quiet(caught, LOGGERS):
+            with native_output_silenced(), quiet(caught, LOGGERS):
                 proto, _ = tf2onnx.convert.from_tflite(
                     str(self.path), opset=tf2onnx_opset(opset, notes),
                     inputs_as_nchw=[by_sig[n] for n in self.nchw] or None)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line
             raise ExportError(f"tf2onnx failed on {self.path.name}: {type(exc).__name__}: "
                               f"{' '.join(str(exc).split())[:400]}") from None
         graph_names = {v.name for v in [*proto.graph.input, *proto.graph.output]}
-        if not set(by_sig[n] for n in self.inputs + self.outputs) <= graph_names:
+        if not {by_sig[n] for n in self.inputs + self.outputs} <= graph_names:
             raise UnsupportedError(f"tf2onnx converts the main subgraph of {self.path.name}, which is not the chosen "
                                    "signature's")
         rename_values(proto.graph, {t: n for t, n in self.tensor_names.items() if t != n})

@@ -46,6 +46,14 @@ class Scorer(tf.Module):
         return tf.nn.relu(x) * 2.0
 
 
+class Pooler(tf.Module):
+    """Height and width unknown in the signature: --input-shape fixes them."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.float32, name="pixels")])
+    def __call__(self, pixels):
+        return tf.reduce_mean(pixels, axis=[1, 2]) + tf.reduce_max(pixels, axis=[1, 2])
+
+
 @pytest.fixture(scope="session")
 def cnn():
     return keras_cnn()
@@ -60,10 +68,20 @@ def tf_files(tmp_path_factory, cnn):
     scorer = Scorer()
     tf.saved_model.save(scorer, str(root / "scorer"), signatures={"serving_default": scorer.__call__,
                                                                  "scale": scorer.scale})
+    tf.saved_model.save(Pooler(), str(root / "pooler"))
     converter = tf.lite.TFLiteConverter.from_concrete_functions([scorer.__call__.get_concrete_function()], scorer)
     (root / "scorer.tflite").write_bytes(converter.convert())
+    (root / "cnn.tflite").write_bytes(tf.lite.TFLiteConverter.from_keras_model(cnn).convert())
     x = keras.Input((4,), name="x")
-    keras.Model(x, keras.layers.Lambda(lambda t: t * 3.0 + 1.0)(x)).save(root / "lambda.keras")
+    with_lambda = keras.Model(x, keras.layers.Lambda(lambda t: t * 3.0 + 1.0)(x))
+    with_lambda.save(root / "lambda.keras")
+    with_lambda.save(root / "lambda.h5")
     (root / "broken.keras").write_bytes(b"PK\x03\x04 not really a zip")
+    (root / "broken.h5").write_bytes(b"not HDF5")
     (root / "broken.tflite").write_bytes(b"\x00" * 64)
     return root
+
+
+def outputs_of(rep: dict) -> dict:
+    """The first hop's per-output comparisons, by output name."""
+    return {o["name"]: o for o in rep["hops"][0]["outputs"]}
