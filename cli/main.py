@@ -77,6 +77,27 @@ TRUST_HELP = "Allow pickles and Keras code (Lambda layers): both can run arbitra
 FROM_HELP = "Source kind (default: detected): torch, tensorflow, paddle, sklearn, onnx."
 
 
+def report_options(fn):
+    """Tolerances, samples and the renderers every validating command offers."""
+    for option in reversed([
+        click.option("--atol", multiple=True, metavar="[OUTPUT:]X",
+                     help="Absolute tolerance, for all outputs or one (repeatable; default by precision, fp32 1e-4)."),
+        click.option("--rtol", multiple=True, metavar="[OUTPUT:]X",
+                     help="Relative tolerance, for all outputs or one (repeatable; default by precision, fp32 1e-3)."),
+        click.option("--samples", type=click.IntRange(1, 1000), default=1, show_default=True,
+                     help="Random input batches to compare (besides the grown dynamic-axis sample)."),
+        click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML (one test case per output)."),
+        click.option("--markdown", type=click.Path(dir_okay=False), help="Write a Markdown summary (CI comments)."),
+        click.option("--html", type=click.Path(dir_okay=False), help="Write a self-contained HTML report."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _renderers(junit, markdown, html) -> dict:
+    return {fmt: path for fmt, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
+
+
 def frontend_options(fn):
     """Options that only some frontends take (the spine refuses them for the others)."""
     fn = click.option("--signature", metavar="NAME",
@@ -106,18 +127,18 @@ def frontend_options(fn):
 @click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True,
               help="Tolerance policy.")
-@click.option("--atol", type=float, help="Absolute tolerance (default by precision; fp32 1e-4).")
-@click.option("--rtol", type=float, help="Relative tolerance (default by precision; fp32 1e-3).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
 @click.option("--external-data/--no-external-data", default=None,
               help="Store weights in OUTPUT.data (default: only when over 2 GB).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
+@report_options
 @frontend_options
 @click.pass_context
 @handle_errors
 def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_names, output_names, exporter,
-            validate, inputs, precision, atol, rtol, seed, external_data, report, trust, signature, inputs_as_nchw):
+            validate, inputs, precision, atol, rtol, samples, junit, markdown, html, seed, external_data, report, trust,
+            signature, inputs_as_nchw):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
@@ -130,21 +151,26 @@ def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_
     result = run_convert(source, to=to, output=output, opset=opset, dynamic=list(dynamic), validate=validate,
                          inputs=inputs, input_shapes=list(input_shapes), input_names=list(input_names) or None,
                          output_names=list(output_names) or None, exporter=exporter, from_=from_,
-                         trust=trust, precision=precision, atol=atol, rtol=rtol, seed=seed,
-                         external_data=external_data, report=report, progress=_progress(ctx),
-                         signature=signature, inputs_as_nchw=list(inputs_as_nchw))
+                         trust=trust, precision=precision, atol=list(atol) or None, rtol=list(rtol) or None,
+                         samples=samples, seed=seed, external_data=external_data, report=report,
+                         progress=_progress(ctx), signature=signature, inputs_as_nchw=list(inputs_as_nchw))
     rep = result.report
     console = _console(ctx)
     if console is not None:
         art = rep["artifact"]
         console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} bytes"
                       + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "") + ")")
-    _finish(ctx, rep, console)
+    _finish(ctx, rep, console, _renderers(junit, markdown, html))
 
 
-def _finish(ctx, rep: dict, console) -> None:
+def _finish(ctx, rep: dict, console, renderers: dict | None = None) -> None:
     from onnxbridge import report as reports
 
+    if renderers:
+        from onnxbridge.renderers import write
+
+        for fmt, path in renderers.items():
+            write(rep, path, fmt)
     if console is not None:
         reports.render(rep, console)
         for line in rep["notes"]:
@@ -162,23 +188,23 @@ def _finish(ctx, rep: dict, console) -> None:
 @click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True)
-@click.option("--atol", type=float, help="Absolute tolerance (default by precision).")
-@click.option("--rtol", type=float, help="Relative tolerance (default by precision).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
+@report_options
 @frontend_options
 @click.pass_context
 @handle_errors
-def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, seed, report, trust,
-             signature, inputs_as_nchw):
+def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, samples, junit, markdown,
+             html, seed, report, trust, signature, inputs_as_nchw):
     """Compare CONVERTED (ONNX) with SOURCE on the same inputs; exit 1 if they differ."""
     from onnxbridge.spine import validate as run_validate
 
     rep = run_validate(source, converted, inputs, from_=from_, input_shapes=list(input_shapes), trust=trust,
-                       precision=precision, atol=atol, rtol=rtol, seed=seed, report=report,
-                       progress=_progress(ctx), signature=signature, inputs_as_nchw=list(inputs_as_nchw))
-    _finish(ctx, rep, _console(ctx))
+                       precision=precision, atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
+                       seed=seed, report=report, progress=_progress(ctx), signature=signature,
+                       inputs_as_nchw=list(inputs_as_nchw))
+    _finish(ctx, rep, _console(ctx), _renderers(junit, markdown, html))
 
 
 @cli.command()
@@ -190,9 +216,10 @@ def validate(ctx, source, converted, inputs, from_, input_shapes, precision, ato
               help="Compare the adapted model with the original in onnxruntime.")
 @click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
+@report_options
 @click.pass_context
 @handle_errors
-def adapt(ctx, model, output, opset, check_only, validate, inputs, report):
+def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol, rtol, samples, junit, markdown, html):
     """Move MODEL (ONNX) to another opset, up or down, with unchanged numbers."""
     from onnxbridge.errors import BadInputError
 
@@ -200,6 +227,10 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report):
         from onnxbridge.spine import check_opset
 
         rep = check_opset(model, opset, report=report)
+        for fmt, path in _renderers(junit, markdown, html).items():
+            from onnxbridge.renderers import write
+
+            write(rep, path, fmt)
         for line in rep["blockers"]:
             click.echo(line)
         console = _console(ctx)
@@ -211,12 +242,13 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report):
     from onnxbridge.spine import convert as run_convert
 
     result = run_convert(model, from_="onnx", output=output, opset=opset, validate=validate, inputs=inputs,
-                         report=report, progress=_progress(ctx))
+                         atol=list(atol) or None, rtol=list(rtol) or None, samples=samples, report=report,
+                         progress=_progress(ctx))
     console = _console(ctx)
     if console is not None:
         art = result.report["artifact"]
         console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']})")
-    _finish(ctx, result.report, console)
+    _finish(ctx, result.report, console, _renderers(junit, markdown, html))
 
 
 @cli.command()

@@ -29,7 +29,7 @@ _LAZY = {
 }
 
 
-_SUBMODULES = ("adapters", "errors", "report", "inspection")
+_SUBMODULES = ("adapters", "errors", "report", "inspection", "renderers", "testing")
 
 
 def __getattr__(name: str):

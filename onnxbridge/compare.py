@@ -8,6 +8,26 @@ if TYPE_CHECKING:
 
 # (atol, rtol) per precision; a pass needs |got - ref| <= atol + rtol * |ref| everywhere.
 TOLERANCES = {"fp32": (1e-4, 1e-3), "fp16": (1e-2, 1e-2), "int8": (5e-2, 5e-2)}
+# |got - ref| histogram bins: [0, 1e-9), [1e-9, 1e-8), ..., [1, 10), [10, inf)
+HISTOGRAM_EDGES = [0.0] + [10.0 ** e for e in range(-9, 2)]
+
+
+def error_histogram(diff: "np.ndarray") -> list[int]:
+    """Counts of absolute errors per decade (``HISTOGRAM_EDGES``; the last bin is open)."""
+    import numpy as np
+
+    counts = np.histogram(diff, bins=[*HISTOGRAM_EDGES, np.inf])[0] if diff.size else \
+        np.zeros(len(HISTOGRAM_EDGES), int)
+    return [int(c) for c in counts]
+
+
+def top1_agreement(ref: "np.ndarray", got: "np.ndarray") -> float | None:
+    """Fraction of rows whose arg-max agrees, for classifier-like outputs ([batch, classes], classes >= 2)."""
+    import numpy as np
+
+    if ref.ndim != 2 or ref.shape[1] < 2 or ref.shape[0] == 0:
+        return None
+    return float((np.argmax(ref, axis=1) == np.argmax(got, axis=1)).mean())
 
 
 def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -> dict:
@@ -50,7 +70,11 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
         "nonfinite_output": int((~np.isfinite(g)).sum()),
         # the smallest atol that would pass at this rtol (Polygraphy's "minimum required tolerance")
         "required_atol": float(np.maximum(diff - rtol * mag, 0).max()) if diff.size else 0.0,
+        "error_histogram": error_histogram(diff),
     }
+    top1 = top1_agreement(r, g)
+    if top1 is not None:
+        metrics["top1_agreement"] = top1
     return {**res, **metrics, "passed": out_of_tol == 0}
 
 
@@ -63,8 +87,12 @@ def merge(worst: dict | None, new: dict) -> dict:
                 "nonfinite_reference", "nonfinite_output"):
         if key in new:
             out[key] = max(out.get(key, 0), new[key])
-    if "cosine" in new:
-        out["cosine"] = min(out.get("cosine", 1.0), new["cosine"])
+    for key in ("cosine", "top1_agreement"):
+        if key in new:
+            out[key] = min(out.get(key, 1.0), new[key])
+    if "error_histogram" in new:
+        old = out.get("error_histogram") or [0] * len(new["error_histogram"])
+        out["error_histogram"] = [a + b for a, b in zip(old, new["error_histogram"])]
     if "error" in new:
         out.setdefault("error", new["error"])
     out["passed"] = bool(worst.get("passed", True) and new["passed"])

@@ -9,7 +9,7 @@ from typing import Iterable
 from onnxbridge._version import __version__
 from onnxbridge.registry import dist_version
 
-SCHEMA_VERSION = "1.1"  # 1.1: status "blocked", "blockers", command "check"
+SCHEMA_VERSION = "1.2"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
 
 
@@ -62,7 +62,7 @@ def failure_summary(report: dict) -> str:
         bad = [o for o in h["outputs"] if not o["passed"]]
         detail = ", ".join(f"{o['name']} (max abs {o['max_abs']:.3g}, needs atol {o['required_atol']:.3g})"
                            if "max_abs" in o else f"{o['name']} ({o.get('error') or 'values differ'})" for o in bad)
-        parts.append(f"{h['from']} -> {h['to']}: " + (detail or "; ".join(h["errors"])[:300]))
+        parts.append(f"{h['from']} -> {h['to']}: " + "; ".join(filter(None, [detail, "; ".join(h["errors"])[:300]])))
     return "validation failed: " + "; ".join(parts)
 
 

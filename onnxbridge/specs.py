@@ -190,6 +190,23 @@ def load_npz(path: str | Path) -> dict[str, "np.ndarray"]:
     return arrays
 
 
+def reseed(sample: Sample, seed: int) -> Sample:
+    """Another batch shaped and typed like ``sample``: fresh N(0,1) floats, bools at random, and the
+    sample's own integers and strings shuffled (so ids and categories stay valid)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, a in sample.feeds.items():
+        if a.dtype.kind == "f":
+            feeds[name] = rng.standard_normal(a.shape).astype(a.dtype)
+        elif a.dtype.kind == "b":
+            feeds[name] = rng.random(a.shape) < 0.5
+        else:
+            feeds[name] = rng.permutation(a.ravel()).reshape(a.shape) if a.size else a
+    return Sample(feeds, origin=f"random(seed={seed}) like {sample.origin}")
+
+
 def vary_dynamic(sample: Sample, dynamic: Sequence[DynamicAxis]) -> Sample | None:
     """A second sample with every dynamic input axis grown by one (same label, same size), or None.
 

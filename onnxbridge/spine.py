@@ -17,7 +17,8 @@ from onnxbridge.errors import BadInputError, UnsupportedError, ValidationFailed
 from onnxbridge.fileio import workdir, write_json
 from onnxbridge.progress import Progress
 from onnxbridge.registry import dist_version
-from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, load_npz, normalize_dynamic, parse_input_shape, vary_dynamic
+from onnxbridge.specs import (DynamicAxis, Sample, TensorSpec, load_npz, normalize_dynamic, parse_input_shape,
+                              reseed, vary_dynamic)
 
 if TYPE_CHECKING:
     import onnx
@@ -71,9 +72,11 @@ def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = N
                          **options)
 
 
-def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec]) -> list[Sample]:
-    """The validation samples: user inputs (or the source's sample), then the same with every
-    symbolic axis of the ONNX model grown by one, to catch sizes baked in at export."""
+def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec], count: int = 1,
+             seed: int = 0) -> list[Sample]:
+    """The validation samples: user inputs (or the source's sample and ``count - 1`` more random batches
+    like it), then the first with every symbolic axis of the ONNX model grown by one, to catch sizes
+    baked in at export."""
     from onnxbridge.runtime import match_feeds
 
     names = [s.name for s in src.input_specs]
@@ -83,6 +86,8 @@ def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec])
     else:
         first = src.sample
     samples = [first]
+    if inputs is None:
+        samples += [reseed(first, seed + i) for i in range(1, count)]
     dyn = [DynamicAxis(s.name, i, d if isinstance(d, str) else None)
            for s in onnx_inputs for i, d in enumerate(s.shape) if not isinstance(d, int)]
     grown = vary_dynamic(first, dyn)
@@ -103,27 +108,58 @@ def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> lis
     return problems
 
 
-def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict) -> dict:
+def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict, count: int = 1,
+         seed: int = 0) -> dict:
     from onnxbridge import runtime
     from onnxbridge.validation import validate_hop
 
     sess = runtime.session(model_path)
     onnx_inputs = runtime.input_specs(sess)
-    samples = _samples(src, samples_from, onnx_inputs)
+    samples = _samples(src, samples_from, onnx_inputs, count, seed)
     report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
     hop = validate_hop(src.frontend, "onnx", src.run, lambda feeds: runtime.run(sess, feeds), samples,
                        runtime.output_names(sess), tol)
     hop["errors"] += _check_dynamic(src, onnx_inputs)
     if hop["errors"]:
         hop["status"], hop["passed"] = "failed", False
-    return hop
+    return hop, samples
+
+
+def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scratch: Path,
+                          opset: int | None) -> tuple[Path, int] | None:
+    """Write the exporter's model (before the opset adapters) to scratch when they are about to run,
+    so validation can tell their share of a difference from the exporter's; None when they won't run
+    or the model is too big to write twice."""
+    from onnxbridge.adapters import default_opset
+
+    have = default_opset(model)
+    if opset is None or have == opset or model.ByteSize() > 2**31 - 1 or \
+            (base_dir is not None and scratch not in (base_dir, *base_dir.parents)):
+        return None
+    path = (base_dir or scratch) / "exported-before-adapters.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path, have
+
+
+def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol) -> dict:
+    """The adapters' hop: the exporter's ONNX model against the adapted one, on the same samples."""
+    from onnxbridge import runtime
+    from onnxbridge.adapters import default_opset
+    from onnxbridge.fileio import load_onnx
+    from onnxbridge.validation import validate_hop
+
+    path, have = before
+    ref, got = runtime.session(path), runtime.session(after)
+    return validate_hop(f"onnx@{have}", f"onnx@{default_opset(load_onnx(after))}",
+                        lambda feeds: runtime.run(ref, feeds), lambda feeds: runtime.run(got, feeds), samples,
+                        runtime.output_names(got), tol)
 
 
 def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output: str | Path | None = None,
             opset: int | None = None, dynamic: Any = None, validate: bool = True, inputs: Any = None,
             input_shapes: Sequence[str | TensorSpec] = (), input_names: Sequence[str] | None = None,
             output_names: Sequence[str] | None = None, exporter: str = "auto", from_: str | None = None,
-            trust: bool = False, precision: str = "fp32", atol: float | None = None, rtol: float | None = None,
+            trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
             seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
             progress: bool = False, **options: Any) -> ConversionResult:
     """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
@@ -169,6 +205,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
             t = time.perf_counter()
             model, base_dir = detach_weights(exported.model, exported.base_dir, scratch)
             del exported.model
+            before = _keep_before_adapting(model, base_dir, scratch, opset) if validate and src.frontend != "onnx" \
+                else None
             try:
                 model, notes = builder.finalize(model, opset=opset, source={
                     "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
@@ -192,7 +230,10 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
         if validate:
             with steps.step("Validating against the source framework"):
                 t = time.perf_counter()
-                rep["hops"].append(_hop(src, dest, inputs, tol, rep))
+                hop, used = _hop(src, dest, inputs, tol, rep, samples, seed)
+                rep["hops"].append(hop)
+                if before is not None:  # attribute a difference to the exporter or to the opset adapters
+                    rep["hops"].append(_onnx_hop(before, dest, used, tol))
                 timings["validate_s"] = time.perf_counter() - t
         in_memory = load_onnx(dest, load_external_data=True) if out_path is None else None
     timings["total_s"] = time.perf_counter() - t0
@@ -253,7 +294,7 @@ def _artifact(path: Path, target: str, model: "onnx.ModelProto | None" = None,
 
 def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any = None, *,
              sample_inputs: Any = None, from_: str | None = None, input_shapes: Sequence[str | TensorSpec] = (),
-             trust: bool = False, precision: str = "fp32", atol: float | None = None, rtol: float | None = None,
+             trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
              seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
              progress: bool = False, **options: Any) -> dict:
     """Compare a converted ONNX model with its source on the same inputs; returns the report.
@@ -278,7 +319,7 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
             path.write_bytes(converted.SerializeToString())
         rep["artifact"] = _artifact(path, "onnx")
         with steps.step("Validating"):
-            rep["hops"].append(_hop(src, path, inputs, tol, rep))
+            rep["hops"].append(_hop(src, path, inputs, tol, rep, samples, seed)[0])
     rep["timings"] = {"total_s": round(time.perf_counter() - t0, 4)}
     reports.finish(rep, validated=True)
     if report is not None:

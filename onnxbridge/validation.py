@@ -14,19 +14,65 @@ Runner = Callable[[Mapping[str, Any]], list]  # named inputs -> outputs in order
 
 @dataclass(frozen=True)
 class Tolerance:
+    """Default (atol, rtol) for a precision, with per-output overrides (``--atol logits:1e-3``)."""
+
     atol: float
     rtol: float
     precision: str = "fp32"
+    per_output: tuple[tuple[str, float | None, float | None], ...] = ()
 
     @classmethod
-    def for_precision(cls, precision: str = "fp32", atol: float | None = None, rtol: float | None = None):
+    def for_precision(cls, precision: str = "fp32", atol: Any = None, rtol: Any = None) -> "Tolerance":
+        """``atol``/``rtol``: a number, ``"NAME:X"`` strings (one output) or plain ``"X"``, a list of those, or a
+        name -> number mapping."""
         if precision not in TOLERANCES:
             raise BadInputError(f"unknown precision '{precision}'; known: {', '.join(TOLERANCES)}")
         a, r = TOLERANCES[precision]
-        return cls(a if atol is None else atol, r if rtol is None else rtol, precision)
+        a_default, a_named = _split("--atol", atol)
+        r_default, r_named = _split("--rtol", rtol)
+        names = list(dict.fromkeys([*a_named, *r_named]))
+        per = tuple((n, a_named.get(n), r_named.get(n)) for n in names)
+        return cls(a if a_default is None else a_default, r if r_default is None else r_default, precision, per)
+
+    def for_output(self, name: str) -> tuple[float, float]:
+        for n, a, r in self.per_output:
+            if n == name:
+                return (self.atol if a is None else a, self.rtol if r is None else r)
+        return self.atol, self.rtol
 
     def as_dict(self) -> dict:
-        return {"precision": self.precision, "atol": self.atol, "rtol": self.rtol}
+        out: dict = {"precision": self.precision, "atol": self.atol, "rtol": self.rtol}
+        if self.per_output:
+            out["per_output"] = {n: {k: v for k, v in (("atol", a), ("rtol", r)) if v is not None}
+                                 for n, a, r in self.per_output}
+        return out
+
+
+def _split(flag: str, value: Any) -> tuple[float | None, dict[str, float]]:
+    """(default, {output: value}) from a number, "X", "NAME:X", a list of those, or a mapping."""
+    if value is None:
+        return None, {}
+    if isinstance(value, Mapping):
+        return None, {str(k): _number(flag, v) for k, v in value.items()}
+    items = [value] if isinstance(value, (int, float, str)) else list(value)
+    default, named = None, {}
+    for item in items:
+        if isinstance(item, str) and ":" in item:
+            name, _, num = item.rpartition(":")
+            named[name] = _number(flag, num)
+        else:
+            default = _number(flag, item)
+    return default, named
+
+
+def _number(flag: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise BadInputError(f"{flag} '{value}' is not a number or OUTPUT:NUMBER") from None
+    if not number >= 0:
+        raise BadInputError(f"{flag} '{value}' must be a non-negative number")
+    return number
 
 
 def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, samples: Sequence[Sample],
@@ -36,6 +82,10 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
     A sample the reference cannot run (e.g. a grown dynamic axis the source model does not accept)
     is skipped with a note; a sample only the candidate cannot run fails the hop.
     """
+    unknown = [n for n, _, _ in tol.per_output if n not in output_names]
+    if unknown:
+        raise BadInputError(f"tolerance given for unknown output(s) {', '.join(map(repr, unknown))}; "
+                            f"the outputs are {', '.join(map(repr, output_names))}")
     outputs: dict[str, dict] = {}
     notes: list[str] = []
     errors: list[str] = []
@@ -65,7 +115,10 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
             continue
         names = list(output_names) if len(output_names) == len(got) else [f"output_{k}" for k in range(len(got))]
         for name, r, g in zip(names, ref, got):
-            outputs[name] = merge(outputs.get(name), compare(r, g, atol=tol.atol, rtol=tol.rtol))
+            atol, rtol = tol.for_output(name)
+            outputs[name] = merge(outputs.get(name), {**compare(r, g, atol=atol, rtol=rtol), "atol": atol,
+                                                      "rtol": rtol})
+
     passed = not errors and ran > 0 and all(o["passed"] for o in outputs.values())
     return {
         "from": src, "to": dst, "status": "passed" if passed else "failed", "passed": passed,

@@ -1,0 +1,42 @@
+"""A Markdown summary for CI comments: status, the chain of hops, one table row per output."""
+from __future__ import annotations
+
+from onnxbridge.renderers import chains, output_rows
+
+MARK = {"passed": "✅", "failed": "❌", "skipped": "⏭️", "blocked": "⛔"}
+
+
+def _cell(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def render(report: dict) -> str:
+    src, art = report["source"], report.get("artifact") or {}
+    lines = [f"### onnxbridge {report['tool']['command']}: {MARK.get(report['status'], '')} {report['status']}", ""]
+    lines.append(f"**Source:** {src.get('description') or src.get('kind')} ({src.get('framework')})  ")
+    if art:
+        lines.append(f"**Artifact:** `{art['path']}` ({art['format']}, opset {art['opset']}, {art['bytes']:,} bytes)  ")
+    if report["hops"]:
+        runs = [" → ".join([run[0]["from"], *(f"{h['to']} {MARK[h['status']]}" for h in run)])
+                for run in chains(report["hops"])]
+        lines.append(f"**Hops:** {'; '.join(runs)}")
+    lines.append("")
+    if report["hops"]:
+        lines += ["| hop | output | shape | max abs | max rel | cosine | out of tol | needs atol | top-1 | |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+        for hop, out in output_rows(report):
+            numeric = out.get("kind") == "numeric"
+            lines.append("| " + " | ".join([
+                f"{hop['from']} → {hop['to']}", f"`{out['name']}`", "×".join(map(str, out["shape"])),
+                _cell(out["max_abs"]) if numeric else "-", _cell(out["max_rel"]) if numeric else "-",
+                f"{out['cosine']:.6f}" if numeric else "-", f"{out.get('mismatch_fraction', 0):.2%}",
+                _cell(out["required_atol"]) if numeric else "-",
+                f"{out['top1_agreement']:.2%}" if "top1_agreement" in out else "-",
+                "✅" if out["passed"] else "❌ " + out.get("error", "")]) + " |")
+        for hop in report["hops"]:
+            lines += [f"- ❌ {hop['from']} → {hop['to']}: {e}" for e in hop["errors"]]
+    if report.get("blockers"):
+        lines += ["", "**Blockers:**", *(f"- {b}" for b in report["blockers"])]
+    if report["notes"]:
+        lines += ["", "<details><summary>Notes</summary>", "", *(f"- {n}" for n in report["notes"]), "", "</details>"]
+    return "\n".join(lines).rstrip() + "\n"

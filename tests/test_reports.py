@@ -1,0 +1,171 @@
+"""Reports a CI can trust: JUnit, Markdown and HTML renderers over the same report, per-output tolerances,
+several samples, top-1 agreement, and onnxbridge.testing.assert_roundtrip."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import onnxbridge
+from onnxbridge.testing import assert_roundtrip
+from tests.conftest import EXAMPLES, assert_one_line_error, check_report
+
+FACTORY = f"{EXAMPLES}:cnn"
+
+
+@pytest.fixture(scope="module")
+def good_and_bad(tmp_path_factory):
+    """The example CNN at opset 17, and a copy with one initializer multiplied by 1.1."""
+    folder = tmp_path_factory.mktemp("reports")
+    good = folder / "cnn.onnx"
+    assert onnxbridge.convert(FACTORY, output=good, opset=17, dynamic=["x:0:batch"]).passed
+    model = onnx.load(good)
+    init = max(model.graph.initializer, key=lambda t: np.prod(t.dims))
+    init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1.1, init.name))
+    onnx.save(model, folder / "bad.onnx")
+    return good, folder / "bad.onnx"
+
+
+def _renders(tmp_path, name):
+    return ["--report", tmp_path / f"{name}.json", "--junit", tmp_path / f"{name}.xml",
+            "--markdown", tmp_path / f"{name}.md", "--html", tmp_path / f"{name}.html"]
+
+
+def test_a_correct_conversion_passes_everywhere(cli, tmp_path):
+    res = cli("convert", FACTORY, "-o", tmp_path / "m.onnx", "--opset", "17", *_renders(tmp_path, "ok"))
+    assert res.exit_code == 0, res.output
+    assert check_report(tmp_path / "ok.json")["status"] == "passed"
+    suites = ET.parse(tmp_path / "ok.xml").getroot()
+    assert [s.get("name") for s in suites] == ["torch -> onnx"]
+    assert suites[0].get("failures") == "0" and suites[0].find("testcase").get("name") == "output"
+    md = (tmp_path / "ok.md").read_text()
+    assert "✅ passed" in md and "| torch → onnx | `output` |" in md
+    html = (tmp_path / "ok.html").read_text()
+    assert html.startswith("<!DOCTYPE html>") and 'class="histogram"' in html and 'class="hops"' in html
+
+
+def test_one_scaled_initializer_fails_and_every_renderer_says_where(cli, good_and_bad, tmp_path):
+    _, bad = good_and_bad
+    res = cli("validate", FACTORY, bad, *_renders(tmp_path, "bad"))
+    assert_one_line_error(res, 1, "torch -> onnx", "output")
+    rep = check_report(tmp_path / "bad.json")
+    hop = rep["hops"][0]
+    assert rep["status"] == "failed" and (hop["from"], hop["to"]) == ("torch", "onnx")
+    out = hop["outputs"][0]
+    assert not out["passed"] and len(out["error_histogram"]) == 12
+    assert sum(out["error_histogram"]) == 2 * 4 * 64 * 64 + 3 * 4 * 64 * 64  # every element of both samples
+    case = ET.parse(tmp_path / "bad.xml").getroot().find("testsuite/testcase")
+    assert case.get("name") == "output" and case.find("failure") is not None
+    assert "max abs" in case.find("failure").get("message")
+    assert "❌ failed" in (tmp_path / "bad.md").read_text()
+    html = (tmp_path / "bad.html").read_text()
+    assert 'id="output-output"' in html and "FAIL" in html and "torch → onnx" in html
+
+
+def test_per_output_tolerance(cli, good_and_bad, tmp_path):
+    _, bad = good_and_bad
+    res = cli("-q", "validate", FACTORY, bad, "--atol", "output:100", "--report", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    rep = check_report(tmp_path / "r.json")
+    assert rep["hops"][0]["tolerance"]["per_output"] == {"output": {"atol": 100.0}}
+    assert rep["hops"][0]["outputs"][0]["atol"] == 100.0
+    res = cli("validate", FACTORY, bad, "--atol", "logits:100")
+    assert_one_line_error(res, 2, "unknown output(s) 'logits'", "the outputs are 'output'")
+    assert_one_line_error(cli("validate", FACTORY, bad, "--atol", "output:x"), 2, "not a number")
+
+
+def test_several_samples(good_and_bad, tmp_path):
+    good, _ = good_and_bad
+    rep = onnxbridge.validate(FACTORY, good, samples=3, report=tmp_path / "r.json")
+    check_report(tmp_path / "r.json")
+    shapes = rep["inputs"]["samples"]
+    assert rep["status"] == "passed" and rep["hops"][0]["samples"] == 4  # 3 batches + the grown batch
+    assert shapes[0] == shapes[1] == shapes[2] and shapes[3]["x"][0] == shapes[0]["x"][0] + 1
+
+
+def test_top1_agreement_for_classifier_outputs(tmp_path):
+    from onnxbridge.compare import compare
+
+    ref = np.array([[0.1, 0.9], [0.6, 0.4]], np.float32)
+    assert compare(ref, ref, atol=1e-4, rtol=0)["top1_agreement"] == 1.0
+    assert compare(ref, ref[:, ::-1], atol=1e-4, rtol=0)["top1_agreement"] == 0.0
+    assert "top1_agreement" not in compare(np.zeros((2, 3, 4)), np.zeros((2, 3, 4)), atol=1, rtol=0)
+
+
+def test_assert_roundtrip(models, tmp_path):
+    model, sample = models.cnn()
+    rep = assert_roundtrip(model, sample, opset=17, dynamic={"x": {0: "batch"}}, samples=2)
+    assert rep["status"] == "passed"
+    with pytest.raises(AssertionError, match="torch -> onnx: output"):
+        assert_roundtrip(model, sample, opset=17, atol=0.0, rtol=0.0)
+
+
+def test_blocked_adaptation_renders(cli, tmp_path):
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ArgMax", ["x"], ["a"], name="am", select_last_index=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("a", TensorProto.INT64, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), tmp_path / "b.onnx")
+    res = cli("adapt", tmp_path / "b.onnx", "--opset", "11", "--check", "--junit", tmp_path / "b.xml",
+              "--markdown", tmp_path / "b.md")
+    assert res.exit_code == 2
+    assert ET.parse(tmp_path / "b.xml").getroot().find("testsuite/testcase/failure") is not None
+    assert "'am' (ArgMax)" in (tmp_path / "b.md").read_text()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+def test_html_opens_in_headless_chromium(cli, good_and_bad, tmp_path):
+    _, bad = good_and_bad
+    cli("-q", "validate", FACTORY, bad, "--html", tmp_path / "r.html")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", (tmp_path / "r.html").as_uri()], capture_output=True,
+                         text=True, timeout=120).stdout
+    assert dom.count("<rect") >= 12 and "FAIL" in dom  # the histogram bars and hop boxes were laid out
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1200,900", (tmp_path / "r.html").as_uri()],
+                   capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 5_000
+
+
+def test_the_adapters_hop_is_reported_apart(models, monkeypatch, tmp_path):
+    """When the exporter's opset is adapted, a second hop compares the exporter's model with the adapted one,
+    so a difference is pinned on the exporter or on the adapters."""
+    import onnxbridge.adapters as adapters
+
+    model, sample = models.cnn()
+    rep = onnxbridge.convert(model, sample, output=tmp_path / "a.onnx", opset=13, exporter="dynamo").report
+    assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("torch", "onnx", "passed"),
+                                                                      ("onnx@18", "onnx@13", "passed")]
+    real = adapters.adapt
+
+    def broken(m, opset):  # an adapter bug: the output comes out scaled by 1.1
+        from onnx import helper
+
+        out = real(m, opset)
+        y = out.graph.output[0].name
+        for node in out.graph.node:
+            node.output[:] = [f"{y}_pre" if o == y else o for o in node.output]
+        out.graph.initializer.append(numpy_helper.from_array(np.array(1.1, np.float32), "scale_bug"))
+        out.graph.node.append(helper.make_node("Mul", [f"{y}_pre", "scale_bug"], [y]))
+        return out
+
+    monkeypatch.setattr(adapters, "adapt", broken)
+    rep = onnxbridge.convert(model, sample, output=tmp_path / "b.onnx", opset=13, exporter="dynamo",
+                             report=tmp_path / "b.json").report
+    check_report(tmp_path / "b.json")
+    assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("torch", "onnx", "failed"),
+                                                                      ("onnx@18", "onnx@13", "failed")]
+    from onnxbridge.renderers import render
+
+    html = render(rep, "html")
+    assert html.count("<rect") >= 4 + 24 and "onnx@18 → onnx@13" in html
