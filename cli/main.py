@@ -86,6 +86,10 @@ def report_options(fn):
                      help="Relative tolerance, for all outputs or one (repeatable; default by precision, fp32 1e-3)."),
         click.option("--samples", type=click.IntRange(1, 1000), default=1, show_default=True,
                      help="Random input batches to compare (besides the grown dynamic-axis sample)."),
+        click.option("--latency-runs", type=click.IntRange(0, 10000), default=0, show_default=True,
+                     help="Time each runtime: median of N runs after a warm-up (0: mean of the validation runs)."),
+        click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error", show_default=True,
+                     help="Exit 1 on failed hops only (error), or also on warnings and skipped samples (warning)."),
         click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML (one test case per output)."),
         click.option("--markdown", type=click.Path(dir_okay=False), help="Write a Markdown summary (CI comments)."),
         click.option("--html", type=click.Path(dir_okay=False), help="Write a self-contained HTML report."),
@@ -115,7 +119,8 @@ def frontend_options(fn):
 @click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
               help="Shape (and dtype) of an input; creates seeded random sample inputs.")
-@click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:LABEL]", help="Make an axis dynamic.")
+@click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:LABEL][:MIN..MAX]",
+              help="Make an axis dynamic (validated also at MIN and MAX when given).")
 @click.option("--input-name", "input_names", multiple=True, metavar="NAME",
               help="Name the tensor inputs, in order (default: the forward() parameter names).")
 @click.option("--output-name", "output_names", multiple=True, metavar="NAME",
@@ -126,7 +131,7 @@ def frontend_options(fn):
               help="Compare the result with the source framework.")
 @click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True,
-              help="Tolerance policy.")
+              help="Tolerance policy; fp16 also writes an fp16 model (fp32 inputs and outputs kept).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
 @click.option("--external-data/--no-external-data", default=None,
               help="Store weights in OUTPUT.data (default: only when over 2 GB).")
@@ -137,8 +142,8 @@ def frontend_options(fn):
 @click.pass_context
 @handle_errors
 def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_names, output_names, exporter,
-            validate, inputs, precision, atol, rtol, samples, junit, markdown, html, seed, external_data, report, trust,
-            signature, inputs_as_nchw):
+            validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, seed,
+            external_data, report, trust, signature, inputs_as_nchw):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
@@ -152,7 +157,8 @@ def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_
                          inputs=inputs, input_shapes=list(input_shapes), input_names=list(input_names) or None,
                          output_names=list(output_names) or None, exporter=exporter, from_=from_,
                          trust=trust, precision=precision, atol=list(atol) or None, rtol=list(rtol) or None,
-                         samples=samples, seed=seed, external_data=external_data, report=report,
+                         samples=samples, latency_runs=latency_runs, seed=seed, external_data=external_data,
+                         report=report,
                          progress=_progress(ctx), signature=signature, inputs_as_nchw=list(inputs_as_nchw))
     rep = result.report
     console = _console(ctx)
@@ -160,10 +166,10 @@ def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_
         art = rep["artifact"]
         console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} bytes"
                       + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "") + ")")
-    _finish(ctx, rep, console, _renderers(junit, markdown, html))
+    _finish(ctx, rep, console, _renderers(junit, markdown, html), fail_on)
 
 
-def _finish(ctx, rep: dict, console, renderers: dict | None = None) -> None:
+def _finish(ctx, rep: dict, console, renderers: dict | None = None, fail_on: str = "error") -> None:
     from onnxbridge import report as reports
 
     if renderers:
@@ -179,6 +185,10 @@ def _finish(ctx, rep: dict, console, renderers: dict | None = None) -> None:
     if rep["status"] == "failed":
         _stderr(f"error: {reports.failure_summary(rep)}")
         ctx.exit(EXIT_FAILED)
+    warned = reports.warnings_of(rep)
+    if fail_on == "warning" and warned:
+        _stderr(f"error: --fail-on warning: {len(warned)} warning(s), first: {warned[0][:300]}")
+        ctx.exit(EXIT_FAILED)
 
 
 @cli.command()
@@ -187,7 +197,8 @@ def _finish(ctx, rep: dict, console, renderers: dict | None = None) -> None:
 @click.option("--inputs", type=click.Path(exists=True), help="Inputs: .npz or a folder of .npy.")
 @click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True,
+              help="Tolerance policy.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
@@ -195,16 +206,16 @@ def _finish(ctx, rep: dict, console, renderers: dict | None = None) -> None:
 @frontend_options
 @click.pass_context
 @handle_errors
-def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, samples, junit, markdown,
-             html, seed, report, trust, signature, inputs_as_nchw):
+def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, samples, latency_runs,
+             fail_on, junit, markdown, html, seed, report, trust, signature, inputs_as_nchw):
     """Compare CONVERTED (ONNX) with SOURCE on the same inputs; exit 1 if they differ."""
     from onnxbridge.spine import validate as run_validate
 
     rep = run_validate(source, converted, inputs, from_=from_, input_shapes=list(input_shapes), trust=trust,
                        precision=precision, atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
-                       seed=seed, report=report, progress=_progress(ctx), signature=signature,
+                       latency_runs=latency_runs, seed=seed, report=report, progress=_progress(ctx), signature=signature,
                        inputs_as_nchw=list(inputs_as_nchw))
-    _finish(ctx, rep, _console(ctx), _renderers(junit, markdown, html))
+    _finish(ctx, rep, _console(ctx), _renderers(junit, markdown, html), fail_on)
 
 
 @cli.command()
@@ -219,7 +230,8 @@ def validate(ctx, source, converted, inputs, from_, input_shapes, precision, ato
 @report_options
 @click.pass_context
 @handle_errors
-def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol, rtol, samples, junit, markdown, html):
+def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol, rtol, samples, latency_runs, fail_on,
+          junit, markdown, html):
     """Move MODEL (ONNX) to another opset, up or down, with unchanged numbers."""
     from onnxbridge.errors import BadInputError
 
@@ -242,13 +254,13 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
     from onnxbridge.spine import convert as run_convert
 
     result = run_convert(model, from_="onnx", output=output, opset=opset, validate=validate, inputs=inputs,
-                         atol=list(atol) or None, rtol=list(rtol) or None, samples=samples, report=report,
-                         progress=_progress(ctx))
+                         atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
+                         latency_runs=latency_runs, report=report, progress=_progress(ctx))
     console = _console(ctx)
     if console is not None:
         art = result.report["artifact"]
         console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']})")
-    _finish(ctx, result.report, console, _renderers(junit, markdown, html))
+    _finish(ctx, result.report, console, _renderers(junit, markdown, html), fail_on)
 
 
 @cli.command()

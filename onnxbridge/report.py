@@ -66,6 +66,21 @@ def failure_summary(report: dict) -> str:
     return "validation failed: " + "; ".join(parts)
 
 
+def warnings_of(report: dict) -> list[str]:
+    """What ``--fail-on warning`` fails on: exporter warnings, samples a hop skipped, outputs with
+    non-finite values on either side, and top-1 disagreements that stayed within tolerance."""
+    found = list(report["warnings"])
+    for hop in report["hops"]:
+        found += [f"{hop['from']} -> {hop['to']}: {n}" for n in hop["notes"]]
+        for out in hop["outputs"]:
+            if out.get("nonfinite_reference") or out.get("nonfinite_output"):
+                found.append(f"{hop['from']} -> {hop['to']}: {out['name']} has NaN/Inf values")
+            if out.get("top1_agreement", 1.0) < 1.0:
+                found.append(f"{hop['from']} -> {hop['to']}: {out['name']} top-1 agrees on "
+                             f"{out['top1_agreement']:.2%} of rows")
+    return found
+
+
 def render(report: dict, console) -> None:
     """A terminal summary of the hops (rich)."""
     from rich.table import Table
@@ -87,6 +102,9 @@ def render(report: dict, console) -> None:
                 table.add_row(o["name"], "x".join(map(str, o["shape"])), "-", "-", "-",
                               f"{o.get('mismatch_fraction', 1):.2%}", "-", mark if "error" not in o else o["error"])
         console.print(table)
+        lat = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in hop["latency_s"].items() if v is not None)
+        if lat:
+            console.print(f"[dim]latency: {lat} ({hop.get('latency_method', 'mean of the validation runs')})[/]")
         for line in hop["errors"]:
             console.print(f"[red]error:[/] {line}")
         for line in hop["notes"]:

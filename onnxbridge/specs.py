@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from onnxbridge.errors import BadInputError
 
@@ -32,6 +32,8 @@ class DynamicAxis:
     name: str
     axis: int
     label: str | None = None
+    min: int | None = None  # sizes validation checks besides the sample's (``x:0:batch:1..16``)
+    max: int | None = None
 
     @property
     def dim_label(self) -> str:
@@ -39,7 +41,7 @@ class DynamicAxis:
 
 
 _SHAPE = re.compile(r"^(?P<name>[^:]+):(?P<dims>[^:]*)(?::(?P<dtype>\w+))?$")
-_DYN = re.compile(r"^(?P<name>[^:]+):(?P<axis>-?\d+)(?::(?P<label>[A-Za-z_][\w]*))?$")
+_DYN = re.compile(r"^(?P<name>[^:]+):(?P<axis>-?\d+)(?::(?P<label>[A-Za-z_][\w]*))?(?::(?P<min>\d+)\.\.(?P<max>\d+))?$")
 DTYPES = ("float32", "float16", "float64", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool")
 
 
@@ -62,11 +64,14 @@ def parse_input_shape(text: str) -> TensorSpec:
 
 
 def parse_dynamic(text: str) -> DynamicAxis:
-    """``NAME:AXIS[:LABEL]`` -> DynamicAxis."""
+    """``NAME:AXIS[:LABEL][:MIN..MAX]`` -> DynamicAxis."""
     m = _DYN.match(text.strip())
     if not m:
-        raise BadInputError(f"--dynamic '{text}' is not NAME:AXIS[:LABEL] (e.g. x:0:batch)")
-    return DynamicAxis(m["name"], int(m["axis"]), m["label"])
+        raise BadInputError(f"--dynamic '{text}' is not NAME:AXIS[:LABEL][:MIN..MAX] (e.g. x:0:batch:1..16)")
+    low, high = (int(m["min"]), int(m["max"])) if m["min"] else (None, None)
+    if low is not None and not 1 <= low <= high:
+        raise BadInputError(f"--dynamic '{text}': the range needs 1 <= MIN <= MAX")
+    return DynamicAxis(m["name"], int(m["axis"]), m["label"], low, high)
 
 
 def normalize_dynamic(dynamic) -> list[DynamicAxis]:
@@ -207,14 +212,17 @@ def reseed(sample: Sample, seed: int) -> Sample:
     return Sample(feeds, origin=f"random(seed={seed}) like {sample.origin}")
 
 
-def vary_dynamic(sample: Sample, dynamic: Sequence[DynamicAxis]) -> Sample | None:
-    """A second sample with every dynamic input axis grown by one (same label, same size), or None.
+def vary_dynamic(sample: Sample, dynamic: Sequence[DynamicAxis], size: Callable[[DynamicAxis, int], int] | None = None,
+                 what: str = "dynamic axes grown by one") -> Sample | None:
+    """The sample with every dynamic input axis resized (default: grown by one; axes sharing a label get
+    the same size), or None when nothing changes.
 
     Values are taken cyclically from the original sample, so real data stays realistic and
     integer ids stay in range.
     """
     import numpy as np
 
+    size = size or (lambda d, n: n + 1)
     sizes: dict[str, int] = {}
     feeds = dict(sample.feeds)
     changed = False
@@ -225,10 +233,12 @@ def vary_dynamic(sample: Sample, dynamic: Sequence[DynamicAxis]) -> Sample | Non
         axis = d.axis % arr.ndim if arr.ndim else 0
         if arr.ndim == 0 or arr.shape[axis] == 0:
             continue
-        new = sizes.setdefault(d.dim_label, arr.shape[axis] + 1)
+        new = sizes.setdefault(d.dim_label, size(d, arr.shape[axis]))
+        if new == arr.shape[axis]:
+            continue
         idx = np.arange(new) % arr.shape[axis]
         feeds[d.name] = np.take(arr, idx, axis=axis)
         changed = True
     if not changed:
         return None
-    return Sample(feeds, origin=f"{sample.origin}, dynamic axes grown by one")
+    return Sample(feeds, origin=f"{sample.origin}, {what}")

@@ -93,6 +93,11 @@ def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec],
     grown = vary_dynamic(first, dyn)
     if grown is not None:
         samples.append(grown)
+    ranged = [d for d in src.dynamic if d.min is not None]
+    for end in ("min", "max"):  # the requested range's ends, when given (x:0:batch:1..16)
+        at_end = vary_dynamic(first, ranged, lambda d, n: getattr(d, end), f"dynamic axes at their {end}")
+        if at_end is not None:
+            samples.append(at_end)
     return samples
 
 
@@ -109,7 +114,7 @@ def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> lis
 
 
 def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict, count: int = 1,
-         seed: int = 0) -> dict:
+         seed: int = 0, latency_runs: int = 0) -> tuple[dict, list[Sample]]:
     from onnxbridge import runtime
     from onnxbridge.validation import validate_hop
 
@@ -118,7 +123,7 @@ def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: d
     samples = _samples(src, samples_from, onnx_inputs, count, seed)
     report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
     hop = validate_hop(src.frontend, "onnx", src.run, lambda feeds: runtime.run(sess, feeds), samples,
-                       runtime.output_names(sess), tol)
+                       runtime.output_names(sess), tol, latency_runs)
     hop["errors"] += _check_dynamic(src, onnx_inputs)
     if hop["errors"]:
         hop["status"], hop["passed"] = "failed", False
@@ -160,7 +165,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
             input_shapes: Sequence[str | TensorSpec] = (), input_names: Sequence[str] | None = None,
             output_names: Sequence[str] | None = None, exporter: str = "auto", from_: str | None = None,
             trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
-            seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
+            latency_runs: int = 0, seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
             progress: bool = False, **options: Any) -> ConversionResult:
     """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
 
@@ -168,7 +173,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     ``"file.py:factory"`` / ``"pkg.mod:factory"`` returning ``model`` or ``(model, sample_inputs)``.
     Returns a ConversionResult whose ``report`` says whether the numbers held (it never raises for a
     numeric mismatch; call ``raise_for_status()`` for that). With ``output=None`` the model is returned
-    in memory as ``.model``. Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw``
+    in memory as ``.model``. ``precision="fp16"`` also writes an fp16 model (fp32 inputs and outputs) and
+    validates it with the fp16 tolerances. Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw``
     (TensorFlow).
     """
     from onnxbridge import builder
@@ -218,6 +224,11 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                     raise
                 raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
             rep["notes"] += notes
+            if precision == "fp16":
+                from onnxbridge.precision import to_fp16
+
+                model = to_fp16(model, base_dir=base_dir)
+                rep["notes"].append("weights and compute in fp16; inputs and outputs stay fp32 (Casts at the edges)")
             timings["build_s"] = time.perf_counter() - t
         dest = out_path or scratch / "model.onnx"
         with steps.step(f"Writing {dest.name}"):
@@ -230,7 +241,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
         if validate:
             with steps.step("Validating against the source framework"):
                 t = time.perf_counter()
-                hop, used = _hop(src, dest, inputs, tol, rep, samples, seed)
+                hop, used = _hop(src, dest, inputs, tol, rep, samples, seed, latency_runs)
                 rep["hops"].append(hop)
                 if before is not None:  # attribute a difference to the exporter or to the opset adapters
                     rep["hops"].append(_onnx_hop(before, dest, used, tol))
@@ -295,7 +306,7 @@ def _artifact(path: Path, target: str, model: "onnx.ModelProto | None" = None,
 def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any = None, *,
              sample_inputs: Any = None, from_: str | None = None, input_shapes: Sequence[str | TensorSpec] = (),
              trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
-             seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
+             latency_runs: int = 0, seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
              progress: bool = False, **options: Any) -> dict:
     """Compare a converted ONNX model with its source on the same inputs; returns the report.
 
@@ -319,7 +330,7 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
             path.write_bytes(converted.SerializeToString())
         rep["artifact"] = _artifact(path, "onnx")
         with steps.step("Validating"):
-            rep["hops"].append(_hop(src, path, inputs, tol, rep, samples, seed)[0])
+            rep["hops"].append(_hop(src, path, inputs, tol, rep, samples, seed, latency_runs)[0])
     rep["timings"] = {"total_s": round(time.perf_counter() - t0, 4)}
     reports.finish(rep, validated=True)
     if report is not None:

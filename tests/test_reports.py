@@ -169,3 +169,74 @@ def test_the_adapters_hop_is_reported_apart(models, monkeypatch, tmp_path):
 
     html = render(rep, "html")
     assert html.count("<rect") >= 4 + 24 and "onnx@18 → onnx@13" in html
+
+
+def test_latency_is_a_median_after_warm_up(good_and_bad, cli, tmp_path):
+    good, _ = good_and_bad
+    res = cli("validate", FACTORY, good, "--latency-runs", "5", "--report", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    assert "latency: torch" in res.stdout
+    hop = check_report(tmp_path / "r.json")["hops"][0]
+    assert hop["latency_method"].startswith("median of 5 runs")
+    assert all(v > 0 for v in hop["latency_s"].values()) and set(hop["latency_s"]) == {"torch", "onnx"}
+
+
+def test_fail_on_warning(cli, tmp_path):
+    """A sample the source cannot run is skipped with a note: fine by default, a failure with --fail-on warning."""
+    from onnxbridge.report import warnings_of
+
+    rep = {"warnings": [], "hops": [{"from": "a", "to": "b", "notes": ["sample 1 skipped"], "outputs": [
+        {"name": "y", "nonfinite_reference": 0, "nonfinite_output": 2, "top1_agreement": 0.5}]}]}
+    assert len(warnings_of(rep)) == 3
+    fixed, dynamic = tmp_path / "fixed.onnx", tmp_path / "dynamic.onnx"
+    assert cli("-q", "convert", FACTORY, "-o", fixed, "--opset", "17").exit_code == 0
+    assert cli("-q", "convert", FACTORY, "-o", dynamic, "--opset", "17", "--dynamic", "x:0").exit_code == 0
+    assert cli("-q", "validate", FACTORY, fixed, "--fail-on", "warning").exit_code == 0  # nothing to warn about
+    # the fixed-batch model as the source cannot run the grown batch the dynamic one is checked at
+    assert cli("-q", "validate", fixed, dynamic).exit_code == 0
+    res = cli("-q", "validate", fixed, dynamic, "--fail-on", "warning")
+    assert_one_line_error(res, 1, "--fail-on warning", "skipped")
+
+
+def test_dynamic_ranges_are_validated_at_both_ends(tmp_path):
+    rep = onnxbridge.convert(FACTORY, output=tmp_path / "r.onnx", opset=17, dynamic=["x:0:batch:1..5"]).report
+    batches = [s["x"][0] for s in rep["inputs"]["samples"]]
+    assert rep["status"] == "passed" and batches == [2, 3, 1, 5]  # sample, grown by one, min, max
+    from onnxbridge.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="1 <= MIN <= MAX"):
+        onnxbridge.convert(FACTORY, output=tmp_path / "r.onnx", dynamic=["x:0:batch:4..2"])
+
+
+def test_fp16_passes_with_the_fp16_policy_and_fails_with_fp32(cli, tmp_path):
+    half = tmp_path / "half.onnx"
+    res = cli("convert", FACTORY, "-o", half, "--opset", "17", "--precision", "fp16", "--dynamic", "x:0",
+              "--report", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    rep = check_report(tmp_path / "r.json")
+    assert rep["status"] == "passed" and rep["hops"][0]["tolerance"]["precision"] == "fp16"
+    model = onnx.load(half)
+    assert {t.data_type for t in model.graph.initializer if t.dims} == {onnx.TensorProto.FLOAT16}
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT  # the interface stays fp32
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    res = cli("validate", FACTORY, half, "--precision", "fp32")
+    assert_one_line_error(res, 1, "torch -> onnx", "output")
+
+
+def test_fp16_keeps_fp32_where_the_schema_wants_it():
+    """Resize's scales input takes float only; clamping keeps big weights finite."""
+    from onnx import TensorProto, helper
+
+    from onnxbridge.precision import to_fp16
+
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["r"], mode="nearest"),
+             helper.make_node("Mul", ["r", "big"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])],
+                              [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+                               numpy_helper.from_array(np.array(1e6, np.float32), "big")])
+    half = to_fp16(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    onnx.checker.check_model(half, full_check=True)
+    types = {t.name: t.data_type for t in half.graph.initializer}
+    assert types == {"scales": TensorProto.FLOAT, "big": TensorProto.FLOAT16}
+    assert numpy_helper.to_array(half.graph.initializer[1]) == np.float16(65504)

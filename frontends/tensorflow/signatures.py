@@ -1,6 +1,7 @@
 """Input signatures for TF sources: shapes fixed or opened by the user, NCHW layout, sample inputs."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -42,7 +43,7 @@ def nchw_dynamic(dynamic: Sequence[DynamicAxis], specs: Sequence[TensorSpec], nc
         axis = d.axis % ranks[d.name]
         if d.name in nchw and axis:
             axis = 1 if axis == ranks[d.name] - 1 else axis + 1
-        out.append(DynamicAxis(d.name, axis, d.label))
+        out.append(dataclasses.replace(d, axis=axis))
     return out
 
 

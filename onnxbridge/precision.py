@@ -1,0 +1,116 @@
+"""fp16 models: float weights, constants, casts and values in fp16, with fp32 inputs and outputs kept
+at the boundary (Casts), so callers feed and read the same arrays as before.
+
+An initializer or Constant stays fp32 where an op's schema does not take fp16 at that input (Resize and
+Upsample scales); weights beyond the fp16 range are clamped to ±65504 rather than turned into inf.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import onnx
+
+F32, F16 = 1, 10
+FP16_MAX = 65504.0
+
+
+def _fp32_only_inputs(graph: "onnx.GraphProto", opset: int) -> set[str]:
+    """Names read at an input whose type constraint has no tensor(float16)."""
+    import onnx.defs
+
+    keep: set[str] = set()
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset)
+        except onnx.defs.SchemaError:
+            continue
+        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+        for i, name in enumerate(node.input):
+            if not name or not schema.inputs:
+                continue
+            formal = schema.inputs[min(i, len(schema.inputs) - 1)]
+            types = allowed.get(formal.type_str, {formal.type_str})
+            if "tensor(float)" in types and "tensor(float16)" not in types:
+                keep.add(name)
+    return keep
+
+
+def to_fp16(model: "onnx.ModelProto", *, base_dir: str | Path | None = None, keep_io: bool = True) -> "onnx.ModelProto":
+    """A copy of ``model`` computing in fp16 (``base_dir``: where its external weights live)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from onnxbridge.adapters import default_opset
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    opset = default_opset(out)
+
+    def half(t: "onnx.TensorProto") -> None:
+        if t.data_type != F32:
+            return
+        arr = numpy_helper.to_array(t, base_dir=str(base_dir) if base_dir else "")
+        t.CopyFrom(numpy_helper.from_array(np.clip(arr, -FP16_MAX, FP16_MAX).astype(np.float16), t.name))
+
+    def retype(vi) -> None:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == F32:
+            vi.type.tensor_type.elem_type = F16
+
+    def graph(g: "onnx.GraphProto") -> None:
+        keep = _fp32_only_inputs(g, opset)
+        for t in g.initializer:
+            if t.name not in keep:
+                half(t)
+        for node in g.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.TENSOR and not (node.op_type == "Constant" and node.output[0] in keep):
+                    half(a.t)
+                elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == F32:
+                    a.i = F16
+                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    for vi in [*sub.input, *sub.output]:
+                        retype(vi)
+                    graph(sub)
+        del g.value_info[:]  # re-inferred below
+
+    graph(out.graph)
+    g = out.graph
+    casts_in, casts_out = [], []
+    for vi in g.input:
+        if vi.type.tensor_type.elem_type != F32:
+            continue
+        if not keep_io:
+            retype(vi)
+            continue
+        inner = f"{vi.name}__fp16"
+        _rename_reads(g, vi.name, inner)
+        casts_in.append(helper.make_node("Cast", [vi.name], [inner], to=F16, name=f"{vi.name}__to_fp16"))
+    for vi in g.output:
+        if vi.type.tensor_type.elem_type != F32:
+            continue
+        if not keep_io:
+            retype(vi)
+            continue
+        inner = f"{vi.name}__fp16"
+        _rename_reads(g, vi.name, inner)
+        for node in g.node:
+            node.output[:] = [inner if o == vi.name else o for o in node.output]
+        casts_out.append(helper.make_node("Cast", [inner], [vi.name], to=F32, name=f"{vi.name}__to_fp32"))
+    nodes = [*casts_in, *g.node, *casts_out]
+    del g.node[:]
+    g.node.extend(nodes)
+    return out
+
+
+def _rename_reads(graph: "onnx.GraphProto", old: str, new: str) -> None:
+    """Every node input ``old`` (subgraphs included) reads ``new`` instead."""
+    for node in graph.node:
+        node.input[:] = [new if i == old else i for i in node.input]
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _rename_reads(sub, old, new)
