@@ -81,26 +81,21 @@ def to_fp16(model: "onnx.ModelProto", *, base_dir: str | Path | None = None, kee
     graph(out.graph)
     g = out.graph
     casts_in, casts_out = [], []
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type != F32:
-            continue
-        if not keep_io:
-            retype(vi)
-            continue
-        inner = f"{vi.name}__fp16"
-        _rename_reads(g, vi.name, inner)
-        casts_in.append(helper.make_node("Cast", [vi.name], [inner], to=F16, name=f"{vi.name}__to_fp16"))
-    for vi in g.output:
-        if vi.type.tensor_type.elem_type != F32:
-            continue
-        if not keep_io:
-            retype(vi)
-            continue
-        inner = f"{vi.name}__fp16"
-        _rename_reads(g, vi.name, inner)
-        for node in g.node:
-            node.output[:] = [inner if o == vi.name else o for o in node.output]
-        casts_out.append(helper.make_node("Cast", [inner], [vi.name], to=F32, name=f"{vi.name}__to_fp32"))
+    for is_input, values in ((True, g.input), (False, g.output)):
+        for vi in values:
+            if vi.type.tensor_type.elem_type != F32:
+                continue
+            if not keep_io:
+                retype(vi)
+                continue
+            inner = f"{vi.name}__fp16"
+            _rename_reads(g, vi.name, inner)
+            if is_input:
+                casts_in.append(helper.make_node("Cast", [vi.name], [inner], to=F16, name=f"{vi.name}__to_fp16"))
+            else:
+                for node in g.node:
+                    node.output[:] = [inner if o == vi.name else o for o in node.output]
+                casts_out.append(helper.make_node("Cast", [inner], [vi.name], to=F32, name=f"{vi.name}__to_fp32"))
     nodes = [*casts_in, *g.node, *casts_out]
     del g.node[:]
     g.node.extend(nodes)

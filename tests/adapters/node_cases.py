@@ -70,53 +70,18 @@ class Fp16Case:
         self.name, self.model, self.data_sets = name, model, data_sets
 
 
-def to_fp16(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """The same model computing in fp16 (inputs, outputs, weights, constants, casts), or None when
-    an attribute fixes float32 in a way this simple rewrite cannot follow."""
-    from onnx import TensorProto, numpy_helper
-
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    f32, f16 = TensorProto.FLOAT, TensorProto.FLOAT16
-
-    def retype(vi):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == f32:
-            vi.type.tensor_type.elem_type = f16
-
-    def half(t):
-        if t.data_type == f32:
-            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name))
-
-    def graph(g) -> bool:
-        for vi in [*g.input, *g.output, *g.value_info]:
-            retype(vi)
-        for t in g.initializer:
-            half(t)
-        for node in g.node:
-            for a in node.attribute:
-                if a.HasField("t"):
-                    half(a.t)
-                elif a.name in ("to", "dtype") and a.type == onnx.AttributeProto.INT and a.i == f32:
-                    if node.op_type != "Cast":
-                        return False
-                    a.i = f16
-                elif a.type == onnx.AttributeProto.FLOATS and len(a.floats) and node.op_type == "Constant":
-                    return False
-                for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    if not graph(sub):
-                        return False
-        return True
-
-    return out if graph(out.graph) else None
-
-
 @functools.lru_cache(maxsize=1)
 def usable_fp16_cases() -> tuple:
     """fp16 versions of the usable cases whose float inputs onnxruntime runs in fp16 at their own opset."""
+    from onnxbridge.precision import to_fp16
+
     usable = []
     for case in usable_cases():
-        model = to_fp16(case.model)
-        if model is None or not any(i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+        try:
+            model = to_fp16(case.model, keep_io=False)
+        except Exception:
+            continue
+        if not any(i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
                                     for i in model.graph.input):
             continue
         data_sets = []
