@@ -10,6 +10,8 @@ from onnxbridge.registry import Plugin, Registry
 BACKENDS = Registry("backend", [
     Plugin("onnx", "onnxbridge.backends.onnx_target", requires=("onnx", "onnxruntime"),
            description="ONNX file, run with onnxruntime (the reference runtime)"),
+    Plugin("coreml", "onnxbridge.backends.coreml", requires=("coremltools",), extra="coreml",
+           description="Core ML .mlpackage (ML program) via our ONNX -> MIL lowering; checked on the host"),
 ])
 
 

@@ -113,9 +113,10 @@ def frontend_options(fn):
 
 @cli.command()
 @click.argument("source")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the model.")
+@click.option("-o", "--output", required=True, type=click.Path(), help="Where to write the model (.onnx, .mlpackage).")
 @click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
-@click.option("--to", default="onnx", show_default=True, help="Target format.")
+@click.option("--to", default="onnx", show_default=True, help="Target format: onnx, coreml.")
+@click.option("--target", metavar="TARGET", help="Backend deployment target (Core ML: iOS15, iOS16 (default), iOS17, iOS18).")
 @click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
               help="Shape (and dtype) of an input; creates seeded random sample inputs.")
@@ -141,7 +142,7 @@ def frontend_options(fn):
 @frontend_options
 @click.pass_context
 @handle_errors
-def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_names, output_names, exporter,
+def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
             validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, seed,
             external_data, report, trust, signature, inputs_as_nchw):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
@@ -159,7 +160,8 @@ def convert(ctx, source, output, from_, to, opset, input_shapes, dynamic, input_
                          trust=trust, precision=precision, atol=list(atol) or None, rtol=list(rtol) or None,
                          samples=samples, latency_runs=latency_runs, seed=seed, external_data=external_data,
                          report=report,
-                         progress=_progress(ctx), signature=signature, inputs_as_nchw=list(inputs_as_nchw))
+                         progress=_progress(ctx), target=target, signature=signature,
+                         inputs_as_nchw=list(inputs_as_nchw))
     rep = result.report
     console = _console(ctx)
     if console is not None:

@@ -146,6 +146,16 @@ def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scrat
     return path, have
 
 
+def _backend_hop(name: str, backend, onnx_path: Path, artifact: Path, samples: list[Sample], tol) -> dict:
+    """The backend's hop: onnxruntime on the ONNX model it was built from against the backend's runner."""
+    from onnxbridge import runtime
+    from onnxbridge.validation import validate_hop
+
+    sess = runtime.session(onnx_path)
+    return validate_hop("onnx", name, lambda feeds: runtime.run(sess, feeds), backend.runner(artifact), samples,
+                        runtime.output_names(sess), tol)
+
+
 def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol) -> dict:
     """The adapters' hop: the exporter's ONNX model against the adapted one, on the same samples."""
     from onnxbridge import runtime
@@ -166,7 +176,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
             output_names: Sequence[str] | None = None, exporter: str = "auto", from_: str | None = None,
             trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
             latency_runs: int = 0, seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
-            progress: bool = False, **options: Any) -> ConversionResult:
+            progress: bool = False, target: str | None = None, **options: Any) -> ConversionResult:
     """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
 
     ``source``: a live model (nn.Module, ExportedProgram, ScriptModule, ModelProto), a file path, or
@@ -183,7 +193,13 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     from onnxbridge.validation import Tolerance
 
     t0 = time.perf_counter()
-    BACKENDS.plugin(to)  # only "onnx" is registered so far; backends plug in after the write below
+    backend = BACKENDS.load(to) if to != "onnx" else None  # built from the written ONNX model below
+    if backend is not None and output is None:
+        raise BadInputError(f"--to {to} needs an output path ({', '.join(backend.SUFFIXES)})")
+    if backend is not None and not str(output).endswith(tuple(backend.SUFFIXES)):
+        raise BadInputError(f"a {to} output must end with {' or '.join(backend.SUFFIXES)}")
+    if target is not None and backend is None:
+        raise BadInputError("--target applies to backends (e.g. --to coreml), not to ONNX output")
     tol = Tolerance.for_precision(precision, atol, rtol)
     out_path = Path(output) if output is not None else None
     if out_path is not None and isinstance(source, (str, Path)) and Path(source).exists() \
@@ -224,20 +240,29 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                     raise
                 raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
             rep["notes"] += notes
-            if precision == "fp16":
+            if precision == "fp16" and backend is None:  # a backend applies its own compute precision
                 from onnxbridge.precision import to_fp16
 
                 model = to_fp16(model, base_dir=base_dir)
                 rep["notes"].append("weights and compute in fp16; inputs and outputs stay fp32 (Casts at the edges)")
             timings["build_s"] = time.perf_counter() - t
-        dest = out_path or scratch / "model.onnx"
+        dest = scratch / "model.onnx" if out_path is None or backend is not None else out_path
         with steps.step(f"Writing {dest.name}"):
             t = time.perf_counter()
             files = save_onnx(model, dest, base_dir=base_dir, external_data=external_data,
                               check=builder.check_file)
             timings["write_s"] = time.perf_counter() - t
-        rep["artifact"] = _artifact(dest, to, model, files)
+        rep["artifact"] = _artifact(dest, "onnx", model, files)
         del model
+        if backend is not None:
+            with steps.step(f"Building the {to} model"):
+                t = time.perf_counter()
+                facts = backend.build(dest, out_path, target=target or "iOS16", precision=precision)
+                rep["warnings"] += facts.pop("warnings", [])
+                rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to,
+                                   "bytes": sum(f.stat().st_size for f in out_path.rglob("*") if f.is_file()),
+                                   "backend": facts}
+                timings["backend_s"] = time.perf_counter() - t
         if validate:
             with steps.step("Validating against the source framework"):
                 t = time.perf_counter()
@@ -245,6 +270,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                 rep["hops"].append(hop)
                 if before is not None:  # attribute a difference to the exporter or to the opset adapters
                     rep["hops"].append(_onnx_hop(before, dest, used, tol))
+                if backend is not None:
+                    rep["hops"].append(_backend_hop(to, backend, dest, out_path, used, tol))
                 timings["validate_s"] = time.perf_counter() - t
         in_memory = load_onnx(dest, load_external_data=True) if out_path is None else None
     timings["total_s"] = time.perf_counter() - t0

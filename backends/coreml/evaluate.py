@@ -1,0 +1,276 @@
+"""Host-side numerics for a Core ML program on Linux, where Core ML cannot run: a numpy kernel per MIL op,
+applied to the MIL program that was saved (after coremltools' graph passes), in fp32 or fp16 as the
+program's casts say."""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from onnxbridge.errors import UnsupportedError
+
+KERNELS: dict[str, Callable[..., Any]] = {}
+DTYPES = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}
+
+
+def kernel(*names: str):
+    def register(fn):
+        for name in names:
+            KERNELS[name] = fn
+        return fn
+    return register
+
+
+def run(function, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Evaluate a pymil Function on named inputs; returns its outputs by name."""
+    env: dict[str, Any] = {name: np.asarray(feeds[name]) for name in function.inputs}
+    for op in function.operations:
+        if op.op_type == "const":
+            env[op.outputs[0].name] = np.asarray(op.outputs[0].val)
+            continue
+        fn = KERNELS.get(op.op_type)
+        if fn is None:
+            raise UnsupportedError(f"the host evaluator has no kernel for MIL op '{op.op_type}'")
+        args = {k: _value(v, env) for k, v in op.inputs.items()}
+        result = fn(**args)
+        for var, value in zip(op.outputs, result if isinstance(result, tuple) else (result,)):
+            env[var.name] = value
+    return {v.name: env[v.name] for v in function.outputs}
+
+
+def _value(var, env):
+    if isinstance(var, (tuple, list)):
+        return [_value(v, env) for v in var]
+    if var.name in env:
+        return env[var.name]
+    return np.asarray(var.val) if var.val is not None else None
+
+
+def _s(v):
+    """A scalar attribute as a Python value."""
+    return v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
+
+
+# elementwise -----------------------------------------------------------------------------------
+UNARY = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
+         "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "inverse": lambda x: 1 / x,
+         "floor": np.floor, "ceil": np.ceil, "identity": lambda x: x}
+for _name, _f in UNARY.items():
+    KERNELS[_name] = (lambda f: lambda x, **_: f(x).astype(x.dtype))(_f)
+
+
+@kernel("erf")
+def erf(x, **_):
+    from math import erf as scalar_erf
+
+    return np.vectorize(scalar_erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+@kernel("leaky_relu")
+def leaky_relu(x, alpha, **_):
+    return np.where(x >= 0, x, x * _s(alpha)).astype(x.dtype)
+
+
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "real_div": np.divide, "pow": np.power,
+          "maximum": np.maximum, "minimum": np.minimum}
+for _name, _f in BINARY.items():
+    KERNELS[_name] = (lambda f: lambda x, y, **_: f(x, y).astype(np.result_type(x, y)))(_f)
+
+
+@kernel("cast")
+def cast(x, dtype, **_):
+    return x.astype(DTYPES[str(_s(dtype))])
+
+
+# linear algebra --------------------------------------------------------------------------------
+@kernel("matmul")
+def matmul(x, y, transpose_x=False, transpose_y=False, **_):
+    if _s(transpose_x):
+        x = np.swapaxes(x, -1, -2)
+    if _s(transpose_y):
+        y = np.swapaxes(y, -1, -2)
+    return np.matmul(x, y)
+
+
+@kernel("linear")
+def linear(x, weight, bias=None, **_):
+    y = x @ weight.T
+    return y + bias if bias is not None else y
+
+
+# shapes ----------------------------------------------------------------------------------------
+@kernel("reshape")
+def reshape(x, shape, **_):
+    return x.reshape([int(d) for d in shape])
+
+
+@kernel("transpose")
+def transpose(x, perm, **_):
+    return np.transpose(x, [int(p) for p in perm])
+
+
+@kernel("concat")
+def concat(values, axis, interleave=False, **_):
+    if _s(interleave):
+        raise UnsupportedError("the host evaluator does not interleave concat")
+    return np.concatenate(values, axis=int(_s(axis)))
+
+
+@kernel("expand_dims")
+def expand_dims(x, axes, **_):
+    return np.expand_dims(x, tuple(int(a) for a in axes))
+
+
+@kernel("squeeze")
+def squeeze(x, axes=None, **_):
+    return np.squeeze(x, None if axes is None else tuple(int(a) for a in axes))
+
+
+# reductions and normalisation ------------------------------------------------------------------
+def _reducer(f):
+    def reduce(x, axes=None, keep_dims=False, **_):
+        axes = None if axes is None else tuple(int(a) for a in axes)
+        return f(x, axis=axes, keepdims=bool(_s(keep_dims))).astype(x.dtype)
+    return reduce
+
+
+KERNELS.update(reduce_mean=_reducer(np.mean), reduce_max=_reducer(np.max), reduce_sum=_reducer(np.sum))
+
+
+@kernel("softmax")
+def softmax(x, axis=-1, **_):
+    e = np.exp(x - x.max(axis=int(_s(axis)), keepdims=True))
+    return (e / e.sum(axis=int(_s(axis)), keepdims=True)).astype(x.dtype)
+
+
+@kernel("batch_norm")
+def batch_norm(x, mean, variance, gamma=None, beta=None, epsilon=1e-5, **_):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - mean.reshape(shape)) / np.sqrt(variance.reshape(shape) + _s(epsilon))
+    if gamma is not None:
+        y = y * gamma.reshape(shape)
+    if beta is not None:
+        y = y + beta.reshape(shape)
+    return y.astype(x.dtype)
+
+
+@kernel("layer_norm")
+def layer_norm(x, axes, gamma=None, beta=None, epsilon=1e-5, **_):
+    axes = tuple(int(a) for a in axes)
+    mean = x.mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + _s(epsilon))
+    return (y * (1 if gamma is None else gamma) + (0 if beta is None else beta)).astype(x.dtype)
+
+
+# windows: conv and pools -----------------------------------------------------------------------
+def _padding(x, kernel: list[int], strides: list[int], dilations: list[int], pad_type: str, pad) -> list[tuple]:
+    spatial = x.shape[2:]
+    if pad_type == "custom":
+        p = [int(v) for v in pad]
+        return [(p[2 * i], p[2 * i + 1]) for i in range(len(spatial))]
+    if pad_type == "valid":
+        return [(0, 0)] * len(spatial)
+    out = []
+    for n, k, s, d in zip(spatial, kernel, strides, dilations):
+        total = max((-(-n // s) - 1) * s + (k - 1) * d + 1 - n, 0)
+        small, big = total // 2, total - total // 2
+        out.append((small, big) if pad_type == "same" else (big, small))
+    return out
+
+
+def _windows(x, kernel, strides, dilations, pads, value=0.0):
+    """[N, C, *out, *kernel] views of x padded with ``value``."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    xp = np.pad(x, [(0, 0), (0, 0), *pads], constant_values=value)
+    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    axes = tuple(range(2, x.ndim))
+    win = sliding_window_view(xp, extent, axis=axes)
+    index = (slice(None), slice(None), *(slice(None, None, s) for s in strides),
+             *(slice(None, None, d) for d in dilations))
+    return win[index]
+
+
+@kernel("conv")
+def conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilations=None, groups=1, **_):
+    spatial = x.ndim - 2
+    kernel = list(weight.shape[2:])
+    strides = [int(s) for s in (strides if strides is not None else [1] * spatial)]
+    dilations = [int(d) for d in (dilations if dilations is not None else [1] * spatial)]
+    pads = _padding(x, kernel, strides, dilations, str(_s(pad_type)), pad)
+    win = _windows(x, kernel, strides, dilations, pads)  # N, C, *out, *k
+    g = int(_s(groups))
+    n, c = x.shape[:2]
+    out_shape = win.shape[2:2 + spatial]
+    win = win.reshape(n, g, c // g, *out_shape, *kernel)
+    w = weight.reshape(g, weight.shape[0] // g, c // g, *kernel)
+    letters = "abcdefgh"[:spatial]
+    kl = "pqrs"[:spatial]
+    y = np.einsum(f"ngc{letters}{kl},goc{kl}->ngo{letters}", win, w).reshape(n, weight.shape[0], *out_shape)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, *([1] * spatial))
+    return y.astype(x.dtype)
+
+
+def _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, reduce, fill, counts=False, exclude=True):
+    kernel = [int(k) for k in kernel_sizes]
+    strides = [int(s) for s in strides]
+    pads = _padding(x, kernel, strides, [1] * len(kernel), str(_s(pad_type)), pad)
+    if _s(ceil_mode):  # extra padding at the end so the last partial window counts
+        pads = [(b, e + (s - 1)) for (b, e), s in zip(pads, strides)]
+    win = _windows(x.astype(np.float64), kernel, strides, [1] * len(kernel), pads, fill)
+    axes = tuple(range(-len(kernel), 0))
+    if not counts:
+        return reduce(win, axis=axes).astype(x.dtype)
+    ones = _windows(np.ones_like(x, dtype=np.float64), kernel, strides, [1] * len(kernel), pads, 0.0)
+    total = win.sum(axis=axes)
+    n = ones.sum(axis=axes) if exclude else np.prod(kernel)
+    return (total / n).astype(x.dtype)
+
+
+@kernel("max_pool")
+def max_pool(x, kernel_sizes, strides, pad_type, pad=None, ceil_mode=False, **_):
+    return _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, np.max, -np.inf)
+
+
+@kernel("avg_pool")
+def avg_pool(x, kernel_sizes, strides, pad_type, pad=None, ceil_mode=False, exclude_padding_from_average=False, **_):
+    return _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, np.sum, 0.0, counts=True,
+                 exclude=bool(_s(exclude_padding_from_average)))
+
+
+# resizing --------------------------------------------------------------------------------------
+def _source_coords(n_in: int, n_out: int, scale: float, align_corners: bool, half_pixel: bool) -> np.ndarray:
+    dst = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        return dst * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    if half_pixel:
+        return np.clip((dst + 0.5) / scale - 0.5, 0, n_in - 1)
+    return np.clip(dst / scale, 0, n_in - 1)
+
+
+def _lerp(x, axis: int, coords: np.ndarray):
+    lo = np.floor(coords).astype(int)
+    hi = np.minimum(lo + 1, x.shape[axis] - 1)
+    frac = (coords - lo).reshape([-1 if a == axis % x.ndim else 1 for a in range(x.ndim)])
+    return np.take(x, lo, axis=axis) * (1 - frac) + np.take(x, hi, axis=axis) * frac
+
+
+@kernel("upsample_bilinear")
+def upsample_bilinear(x, scale_factor_height=1.0, scale_factor_width=1.0, align_corners=False,
+                      half_pixel_centers=False, **_):
+    sh, sw = float(_s(scale_factor_height)), float(_s(scale_factor_width))
+    h, w = x.shape[-2:]
+    oh, ow = int(np.floor(h * sh)), int(np.floor(w * sw))
+    ac, hp = bool(_s(align_corners)), bool(_s(half_pixel_centers))
+    y = _lerp(x.astype(np.float64), -2, _source_coords(h, oh, sh, ac, hp))
+    return _lerp(y, -1, _source_coords(w, ow, sw, ac, hp)).astype(x.dtype)
+
+
+@kernel("upsample_nearest_neighbor")
+def upsample_nearest(x, scale_factor_height=1, scale_factor_width=1, **_):
+    sh, sw = float(_s(scale_factor_height)), float(_s(scale_factor_width))
+    h, w = x.shape[-2:]
+    rows = np.minimum(np.floor(np.arange(int(h * sh)) / sh).astype(int), h - 1)
+    cols = np.minimum(np.floor(np.arange(int(w * sw)) / sw).astype(int), w - 1)
+    return x[..., rows, :][..., cols]

@@ -1,0 +1,257 @@
+"""ONNX nodes as MIL ops: one function per ONNX op in ``OPS``; ``lower`` builds the MIL program.
+
+Values are MIL vars, or numpy arrays for constants (initializers, Constant nodes), which MIL takes
+directly where it wants constants (conv weights, shapes, axes). Shapes must be static: the ONNX model is
+shape-inferred first and any symbolic input dim is refused (flexible shapes are not built yet).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from onnxbridge.errors import UnsupportedError
+
+if TYPE_CHECKING:
+    import onnx
+
+OPS: dict[str, Callable] = {}
+
+
+def op(*names: str):
+    def register(fn):
+        for name in names:
+            OPS[name] = fn
+        return fn
+    return register
+
+
+class Ctx:
+    """Values by ONNX name, the node being lowered, and the MIL builder."""
+
+    def __init__(self, mb, opset: int):
+        self.mb, self.opset, self.values = mb, opset, {}
+        self.node: "onnx.NodeProto | None" = None
+
+    def get(self, i: int):
+        name = self.node.input[i] if i < len(self.node.input) else ""
+        return self.values[name] if name else None
+
+    def const(self, i: int, what: str) -> np.ndarray | None:
+        value = self.get(i)
+        if value is not None and not isinstance(value, np.ndarray):
+            self.refuse(f"its {what} must be a constant for Core ML")
+        return value
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        import onnx
+
+        for a in self.node.attribute:
+            if a.name == name:
+                value = onnx.helper.get_attribute_value(a)
+                return value.decode() if isinstance(value, bytes) else value
+        return default
+
+    def refuse(self, why: str):
+        raise UnsupportedError(f"node '{self.node.name}' ({self.node.op_type}): {why}")
+
+    def name(self, i: int = 0) -> str:
+        return _mil_name(self.node.output[i])
+
+
+def _mil_name(name: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def _f32(v):
+    return v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float64 else v
+
+
+def _mil_pads(pads: list[int] | None, spatial: int) -> list[int]:
+    """ONNX [x1_begin, x2_begin, ..., x1_end, x2_end] -> MIL [x1_begin, x1_end, x2_begin, x2_end]."""
+    pads = pads or [0] * (2 * spatial)
+    return [p for i in range(spatial) for p in (pads[i], pads[i + spatial])]
+
+
+def _pad_type(ctx: Ctx) -> str:
+    auto = ctx.attr("auto_pad", "NOTSET")
+    return {"NOTSET": "custom", "VALID": "valid", "SAME_UPPER": "same", "SAME_LOWER": "same_lower"}[auto]
+
+
+@op("Conv")
+def conv(ctx: Ctx):
+    x, w, b = ctx.get(0), ctx.const(1, "weight"), ctx.const(2, "bias")
+    spatial = w.ndim - 2
+    return ctx.mb.conv(x=x, weight=_f32(w), bias=_f32(b), strides=ctx.attr("strides", [1] * spatial),
+                       pad_type=_pad_type(ctx), pad=_mil_pads(ctx.attr("pads"), spatial),
+                       dilations=ctx.attr("dilations", [1] * spatial), groups=ctx.attr("group", 1), name=ctx.name())
+
+
+@op("Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Abs", "Neg", "Reciprocal", "Floor", "Ceil")
+def unary(ctx: Ctx):
+    mil = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Exp": "exp", "Log": "log",
+           "Sqrt": "sqrt", "Abs": "abs", "Neg": None, "Reciprocal": "inverse", "Floor": "floor", "Ceil": "ceil"}
+    x = ctx.get(0)
+    if ctx.node.op_type == "Neg":
+        return ctx.mb.mul(x=x, y=np.float32(-1), name=ctx.name())
+    return getattr(ctx.mb, mil[ctx.node.op_type])(x=x, name=ctx.name())
+
+
+@op("LeakyRelu")
+def leaky_relu(ctx: Ctx):
+    return ctx.mb.leaky_relu(x=ctx.get(0), alpha=float(ctx.attr("alpha", 0.01)), name=ctx.name())
+
+
+@op("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min")
+def binary(ctx: Ctx):
+    mil = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "real_div", "Pow": "pow", "Max": "maximum",
+           "Min": "minimum"}[ctx.node.op_type]
+    x, y = _f32(ctx.get(0)), _f32(ctx.get(1))
+    if ctx.node.op_type == "Div" and not _is_float(x):
+        ctx.refuse("integer division truncates in ONNX and floors in MIL; only float division is lowered")
+    return getattr(ctx.mb, mil)(x=x, y=y, name=ctx.name())
+
+
+def _is_float(v) -> bool:
+    if isinstance(v, np.ndarray):
+        return v.dtype.kind == "f"
+    from coremltools.converters.mil.mil import types
+
+    return types.is_float(v.dtype)
+
+
+@op("MatMul")
+def matmul(ctx: Ctx):
+    return ctx.mb.matmul(x=_f32(ctx.get(0)), y=_f32(ctx.get(1)), name=ctx.name())
+
+
+@op("Gemm")
+def gemm(ctx: Ctx):
+    a, b, c = ctx.get(0), _f32(ctx.get(1)), _f32(ctx.get(2))
+    alpha, beta = ctx.attr("alpha", 1.0), ctx.attr("beta", 1.0)
+    if ctx.attr("transA", 0):
+        a = ctx.mb.transpose(x=a, perm=[1, 0])
+    if isinstance(b, np.ndarray) and alpha == 1.0 and (c is None or isinstance(c, np.ndarray)):
+        weight = b if ctx.attr("transB", 0) else b.T
+        bias = None if c is None else np.broadcast_to(beta * c, (weight.shape[0],)).astype(np.float32)
+        return ctx.mb.linear(x=a, weight=np.ascontiguousarray(weight), bias=bias, name=ctx.name())
+    y = ctx.mb.matmul(x=a, y=b, transpose_y=bool(ctx.attr("transB", 0)))
+    if alpha != 1.0:
+        y = ctx.mb.mul(x=y, y=np.float32(alpha))
+    if c is not None:
+        y = ctx.mb.add(x=y, y=ctx.mb.mul(x=c, y=np.float32(beta)) if beta != 1.0 else c)
+    return ctx.mb.identity(x=y, name=ctx.name())
+
+
+@op("BatchNormalization")
+def batch_norm(ctx: Ctx):
+    gamma, beta, mean, var = (_f32(ctx.const(i, "statistics")) for i in (1, 2, 3, 4))
+    return ctx.mb.batch_norm(x=ctx.get(0), mean=mean, variance=var, gamma=gamma, beta=beta,
+                             epsilon=float(ctx.attr("epsilon", 1e-5)), name=ctx.name())
+
+
+@op("MaxPool", "AveragePool")
+def pool(ctx: Ctx):
+    kernel = ctx.attr("kernel_shape")
+    spatial = len(kernel)
+    pads = _mil_pads(ctx.attr("pads"), spatial)
+    ceil = bool(ctx.attr("ceil_mode", 0))
+    if ceil and any(pads[2 * i] != pads[2 * i + 1] for i in range(spatial)):
+        ctx.refuse("ceil_mode with asymmetric pads has no Core ML equivalent")
+    if any(d != 1 for d in ctx.attr("dilations", [1] * spatial)):
+        ctx.refuse("dilated pooling has no Core ML equivalent")
+    if len(ctx.node.output) > 1 and ctx.node.output[1]:
+        ctx.refuse("the Indices output has no Core ML equivalent")
+    common = dict(x=ctx.get(0), kernel_sizes=kernel, strides=ctx.attr("strides", [1] * spatial),
+                  pad_type=_pad_type(ctx), pad=pads, ceil_mode=ceil, name=ctx.name())
+    if ctx.node.op_type == "MaxPool":
+        return ctx.mb.max_pool(**common)
+    return ctx.mb.avg_pool(**common, exclude_padding_from_average=not ctx.attr("count_include_pad", 0))
+
+
+@op("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(ctx: Ctx):
+    x = ctx.get(0)
+    axes = list(range(2, x.rank))
+    fn = ctx.mb.reduce_mean if ctx.node.op_type == "GlobalAveragePool" else ctx.mb.reduce_max
+    return fn(x=x, axes=axes, keep_dims=True, name=ctx.name())
+
+
+@op("Flatten")
+def flatten(ctx: Ctx):
+    x = ctx.get(0)
+    axis = ctx.attr("axis", 1) % max(x.rank, 1)
+    lead = int(np.prod(x.shape[:axis])) if axis else 1
+    return ctx.mb.reshape(x=x, shape=np.array([lead, -1], np.int32), name=ctx.name())
+
+
+@op("Reshape")
+def reshape(ctx: Ctx):
+    x, shape = ctx.get(0), ctx.const(1, "shape")
+    if ctx.attr("allowzero", 0) and 0 in shape:
+        ctx.refuse("allowzero=1 with a 0 in the shape has no Core ML equivalent")
+    dims = [int(x.shape[i]) if d == 0 else int(d) for i, d in enumerate(shape)]  # ONNX 0: copy that dim
+    return ctx.mb.reshape(x=x, shape=np.array(dims, np.int32), name=ctx.name())
+
+
+@op("Transpose")
+def transpose(ctx: Ctx):
+    x = ctx.get(0)
+    perm = ctx.attr("perm") or list(range(x.rank))[::-1]
+    return ctx.mb.transpose(x=x, perm=perm, name=ctx.name())
+
+
+@op("Concat")
+def concat(ctx: Ctx):
+    values = [_f32(ctx.get(i)) for i in range(len(ctx.node.input))]
+    return ctx.mb.concat(values=values, axis=ctx.attr("axis"), name=ctx.name())
+
+
+@op("Softmax", "LogSoftmax")
+def softmax(ctx: Ctx):
+    x = ctx.get(0)
+    axis = ctx.attr("axis", -1 if ctx.opset >= 13 else 1) % x.rank
+    if ctx.opset < 13 and axis != x.rank - 1:
+        ctx.refuse("before opset 13 Softmax flattens from its axis; only the last axis is lowered")
+    y = ctx.mb.softmax(x=x, axis=axis, name=None if ctx.node.op_type == "LogSoftmax" else ctx.name())
+    return ctx.mb.log(x=y, name=ctx.name()) if ctx.node.op_type == "LogSoftmax" else y
+
+
+@op("Identity", "Dropout")
+def identity(ctx: Ctx):
+    return ctx.mb.identity(x=ctx.get(0), name=ctx.name())
+
+
+@op("Resize", "Upsample")
+def resize(ctx: Ctx):
+    x = ctx.get(0)
+    if ctx.node.op_type == "Upsample":
+        scales = ctx.const(1, "scales")
+        mode, coords = ctx.attr("mode", "nearest"), "asymmetric"
+    else:
+        scales, sizes = ctx.const(2, "scales"), ctx.const(3, "sizes")
+        if (scales is None or scales.size == 0) and sizes is not None:
+            scales = np.array(sizes, np.float64) / np.array(x.shape, np.float64)
+        mode, coords = ctx.attr("mode", "nearest"), ctx.attr("coordinate_transformation_mode", "half_pixel")
+    scales = [float(s) for s in scales]
+    if x.rank != 4 or scales[:2] != [1.0, 1.0]:
+        ctx.refuse("only the last two axes of a rank-4 tensor can be resized in Core ML")
+    sh, sw = scales[2], scales[3]
+    if mode == "linear":
+        if coords not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
+            ctx.refuse(f"coordinate_transformation_mode={coords} has no Core ML equivalent")
+        return ctx.mb.upsample_bilinear(x=x, scale_factor_height=sh, scale_factor_width=sw,
+                                        align_corners=coords == "align_corners",
+                                        half_pixel_centers=coords in ("half_pixel", "pytorch_half_pixel"),
+                                        name=ctx.name())
+    if mode == "nearest":
+        rounding = ctx.attr("nearest_mode", "round_prefer_floor")
+        integer = sh.is_integer() and sw.is_integer()
+        # with integer scales and asymmetric coordinates, floor and round_prefer_floor agree up to 2x
+        if coords != "asymmetric" or not integer or (rounding != "floor" and max(sh, sw) > 2):
+            ctx.refuse(f"nearest resize with {coords} coordinates, {rounding} rounding and scales {sh}, {sw} "
+                       "has no Core ML equivalent (integer upscales with asymmetric coordinates only)")
+        return ctx.mb.upsample_nearest_neighbor(x=x, scale_factor_height=sh, scale_factor_width=sw, name=ctx.name())
+    ctx.refuse(f"mode={mode} has no Core ML equivalent")
