@@ -1,7 +1,8 @@
 """Backends: targets a converted ONNX model is turned into, imported only when used.
 
-A backend module defines ``SUFFIXES``, ``available() -> str | None`` (None when usable, else why
-not), ``inspect(path) -> dict`` and ``runner(path) -> callable(feeds) -> outputs``.
+A backend module defines ``SUFFIXES``, ``inspect(path) -> dict`` and ``runner(path) -> callable(feeds) ->
+outputs``; a backend other than onnx also ``build(onnx_path, output, *, target, precision) -> dict`` (facts for the
+report). Whether one is usable is the registry's business (``BACKENDS.status``, from package metadata).
 """
 from __future__ import annotations
 

@@ -8,10 +8,6 @@ NAME = "onnx"
 SUFFIXES = (".onnx",)
 
 
-def available() -> str | None:
-    return None
-
-
 def inspect(path: str | Path) -> dict:
     from onnxbridge.inspection import summarize
 

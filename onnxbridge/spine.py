@@ -183,9 +183,10 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     ``"file.py:factory"`` / ``"pkg.mod:factory"`` returning ``model`` or ``(model, sample_inputs)``.
     Returns a ConversionResult whose ``report`` says whether the numbers held (it never raises for a
     numeric mismatch; call ``raise_for_status()`` for that). With ``output=None`` the model is returned
-    in memory as ``.model``. ``precision="fp16"`` also writes an fp16 model (fp32 inputs and outputs) and
-    validates it with the fp16 tolerances. Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw``
-    (TensorFlow).
+    in memory as ``.model``. ``to="coreml"`` builds a ``.mlpackage`` from the ONNX model (``target``: the
+    deployment target, e.g. "iOS16") and validates it as a hop of its own. ``precision="fp16"`` writes an
+    fp16 model (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances.
+    Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw`` (TensorFlow).
     """
     from onnxbridge import builder
     from onnxbridge.backends import BACKENDS
