@@ -66,6 +66,21 @@ def erf(x, **_):
     return np.vectorize(scalar_erf, otypes=[np.float64])(x).astype(x.dtype)
 
 
+@kernel("sigmoid_hard")
+def sigmoid_hard(x, alpha=0.2, beta=0.5, **_):
+    return np.clip(_s(alpha) * x + _s(beta), 0, 1).astype(x.dtype)
+
+
+@kernel("elu")
+def elu(x, alpha=1.0, **_):
+    return np.where(x > 0, x, _s(alpha) * (np.exp(np.minimum(x, 0)) - 1)).astype(x.dtype)
+
+
+@kernel("softplus")
+def softplus(x, **_):
+    return np.logaddexp(0, x).astype(x.dtype)
+
+
 @kernel("leaky_relu")
 def leaky_relu(x, alpha, **_):
     return np.where(x >= 0, x, x * _s(alpha)).astype(x.dtype)
@@ -126,6 +141,35 @@ def squeeze(x, axes=None, **_):
     return np.squeeze(x, None if axes is None else tuple(int(a) for a in axes))
 
 
+@kernel("gather")
+def gather(x, indices, axis=0, **_):
+    return np.take(x, indices.astype(np.int64), axis=int(_s(axis)))
+
+
+@kernel("slice_by_index")
+def slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None, **_):
+    index = []
+    for i in range(x.ndim):
+        b = None if begin_mask is not None and begin_mask[i] else int(begin[i])
+        e = None if end_mask is not None and end_mask[i] else int(end[i])
+        index.append(slice(b, e, int(stride[i]) if stride is not None else 1))
+    y = x[tuple(index)]
+    if squeeze_mask is not None and any(squeeze_mask):
+        y = np.squeeze(y, tuple(i for i, m in enumerate(squeeze_mask) if m))
+    return y
+
+
+@kernel("pad")
+def pad(x, pad, mode="constant", constant_val=0.0, **_):
+    p = [int(v) for v in pad]
+    lead = x.ndim - len(p) // 2
+    width = [(0, 0)] * lead + [(p[2 * i], p[2 * i + 1]) for i in range(len(p) // 2)]
+    mode = {"replicate": "edge"}.get(str(_s(mode)), str(_s(mode)))
+    if mode == "constant":
+        return np.pad(x, width, mode="constant", constant_values=_s(constant_val)).astype(x.dtype)
+    return np.pad(x, width, mode=mode)
+
+
 # reductions and normalisation ------------------------------------------------------------------
 def _reducer(f):
     def reduce(x, axes=None, keep_dims=False, **_):
@@ -134,7 +178,8 @@ def _reducer(f):
     return reduce
 
 
-KERNELS.update(reduce_mean=_reducer(np.mean), reduce_max=_reducer(np.max), reduce_sum=_reducer(np.sum))
+KERNELS.update(reduce_mean=_reducer(np.mean), reduce_max=_reducer(np.max), reduce_sum=_reducer(np.sum),
+               reduce_min=_reducer(np.min), reduce_prod=_reducer(np.prod))
 
 
 @kernel("softmax")

@@ -255,3 +255,161 @@ def resize(ctx: Ctx):
                        "has no Core ML equivalent (integer upscales with asymmetric coordinates only)")
         return ctx.mb.upsample_nearest_neighbor(x=x, scale_factor_height=sh, scale_factor_width=sw, name=ctx.name())
     ctx.refuse(f"mode={mode} has no Core ML equivalent")
+
+
+def _axes(ctx: Ctx, index: int, rank: int) -> list[int] | None:
+    """``axes`` from the attribute (older opsets) or the constant input ``index`` (newer), made non-negative."""
+    axes = ctx.attr("axes")
+    if axes is None and index < len(ctx.node.input) and ctx.node.input[index]:
+        axes = ctx.const(index, "axes").tolist()
+    return None if axes is None else [int(a) % rank for a in axes]
+
+
+@op("Squeeze")
+def squeeze(ctx: Ctx):
+    x = ctx.get(0)
+    axes = _axes(ctx, 1, x.rank)
+    if axes is None:
+        axes = [i for i, d in enumerate(x.shape) if d == 1]
+    if any(x.shape[a] != 1 for a in axes):  # MIL would silently ignore such an axis
+        ctx.refuse(f"axes {axes} include a dimension that is not 1 in shape {list(x.shape)}")
+    return ctx.mb.squeeze(x=x, axes=axes, name=ctx.name())
+
+
+@op("Unsqueeze")
+def unsqueeze(ctx: Ctx):
+    x = ctx.get(0)
+    axes = _axes(ctx, 1, x.rank + len(ctx.attr("axes") or ctx.const(1, "axes")))
+    return ctx.mb.expand_dims(x=x, axes=sorted(axes), name=ctx.name())
+
+
+@op("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+def reduce(ctx: Ctx):
+    x = ctx.get(0)
+    axes = _axes(ctx, 1, x.rank)
+    if axes is None:
+        if ctx.attr("noop_with_empty_axes", 0):
+            return ctx.mb.identity(x=x, name=ctx.name())
+        axes = list(range(x.rank))
+    fn = getattr(ctx.mb, {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max",
+                          "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod"}[ctx.node.op_type])
+    return fn(x=x, axes=axes, keep_dims=bool(ctx.attr("keepdims", 1)), name=ctx.name())
+
+
+@op("Clip")
+def clip(ctx: Ctx):
+    x = ctx.get(0)
+    low, high = (ctx.attr("min"), ctx.attr("max")) if ctx.opset < 11 else (ctx.const(1, "min"), ctx.const(2, "max"))
+    y = x
+    if low is not None:
+        y = ctx.mb.maximum(x=y, y=np.float32(low))
+    if high is not None:
+        y = ctx.mb.minimum(x=y, y=np.float32(high))
+    return ctx.mb.identity(x=y, name=ctx.name())
+
+
+@op("HardSigmoid", "HardSwish")
+def hard_sigmoid(ctx: Ctx):
+    x = ctx.get(0)
+    alpha, beta = (ctx.attr("alpha", 0.2), ctx.attr("beta", 0.5)) if ctx.node.op_type == "HardSigmoid" else (1 / 6, 0.5)
+    if ctx.node.op_type == "HardSigmoid":
+        return ctx.mb.sigmoid_hard(x=x, alpha=float(alpha), beta=float(beta), name=ctx.name())
+    return ctx.mb.mul(x=x, y=ctx.mb.sigmoid_hard(x=x, alpha=float(alpha), beta=float(beta)), name=ctx.name())
+
+
+@op("Elu", "Softplus")
+def elu_softplus(ctx: Ctx):
+    if ctx.node.op_type == "Elu":
+        return ctx.mb.elu(x=ctx.get(0), alpha=float(ctx.attr("alpha", 1.0)), name=ctx.name())
+    return ctx.mb.softplus(x=ctx.get(0), name=ctx.name())
+
+
+@op("PRelu")
+def prelu(ctx: Ctx):
+    """max(x, 0) + slope * min(x, 0): any slope shape that broadcasts (MIL's prelu wants [C] on rank 3-5)."""
+    x, slope = ctx.get(0), _f32(ctx.get(1))
+    positive = ctx.mb.maximum(x=x, y=np.float32(0))
+    negative = ctx.mb.mul(x=ctx.mb.minimum(x=x, y=np.float32(0)), y=slope)
+    return ctx.mb.add(x=positive, y=negative, name=ctx.name())
+
+
+@op("LayerNormalization")
+def layer_norm(ctx: Ctx):
+    x, gamma, beta = ctx.get(0), ctx.const(1, "scale"), ctx.const(2, "bias")
+    axis = ctx.attr("axis", -1) % x.rank
+    if len(ctx.node.output) > 1 and any(ctx.node.output[1:]):
+        ctx.refuse("the Mean and InvStdDev outputs have no Core ML equivalent")
+    shape = tuple(x.shape[axis:])
+    gamma = np.broadcast_to(_f32(gamma), shape).astype(np.float32)
+    beta = None if beta is None else np.broadcast_to(_f32(beta), shape).astype(np.float32)
+    return ctx.mb.layer_norm(x=x, axes=list(range(axis, x.rank)), gamma=gamma, beta=beta,
+                             epsilon=float(ctx.attr("epsilon", 1e-5)), name=ctx.name())
+
+
+@op("Gather")
+def gather(ctx: Ctx):
+    x, indices = ctx.get(0), ctx.const(1, "indices")
+    axis = ctx.attr("axis", 0) % x.rank
+    # negative indices are out of bounds from iOS 17 on: make them non-negative here
+    indices = np.where(indices < 0, indices + x.shape[axis], indices).astype(np.int32)
+    return ctx.mb.gather(x=x, indices=indices, axis=axis, name=ctx.name())
+
+
+@op("Slice")
+def slice_(ctx: Ctx):
+    x = ctx.get(0)
+    if ctx.opset < 10:
+        starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
+    else:
+        starts, ends = ctx.const(1, "starts").tolist(), ctx.const(2, "ends").tolist()
+        axes = ctx.const(3, "axes").tolist() if len(ctx.node.input) > 3 and ctx.node.input[3] else None
+        steps = ctx.const(4, "steps").tolist() if len(ctx.node.input) > 4 and ctx.node.input[4] else None
+    axes = [int(a) % x.rank for a in (axes if axes is not None else range(len(starts)))]
+    steps = steps or [1] * len(axes)
+    begin, end, stride = [0] * x.rank, list(x.shape), [1] * x.rank
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        n = x.shape[a]
+        if st < 0:
+            ctx.refuse("negative slice steps are not lowered yet")
+        # saturate: INT64_MAX means "to the end" and must not wrap when narrowed to int32
+        begin[a], end[a], stride[a] = _clamp(s, n), _clamp(e, n), int(st)
+    return ctx.mb.slice_by_index(x=x, begin=np.array(begin, np.int32), end=np.array(end, np.int32),
+                                 stride=np.array(stride, np.int32), name=ctx.name())
+
+
+def _clamp(index: int, n: int) -> int:
+    return int(min(max(index + n if index < 0 else index, 0), n))
+
+
+@op("Pad")
+def pad(ctx: Ctx):
+    x = ctx.get(0)
+    mode = ctx.attr("mode", "constant")
+    if mode not in ("constant", "reflect", "edge"):
+        ctx.refuse(f"mode={mode} has no Core ML equivalent")
+    pads = ctx.attr("pads") if ctx.opset < 11 else ctx.const(1, "pads").tolist()
+    value = ctx.attr("value", 0.0) if ctx.opset < 11 else (ctx.const(2, "constant_value") if len(ctx.node.input) > 2
+                                                            and ctx.node.input[2] else 0.0)
+    if len(ctx.node.input) > 3 and ctx.node.input[3]:
+        ctx.refuse("the axes input of Pad 18 is not lowered yet")
+    if any(p < 0 for p in pads):
+        ctx.refuse("negative pads (cropping) are not lowered yet")
+    rank = x.rank
+    mil = [int(v) for i in range(rank) for v in (pads[i], pads[i + rank])]
+    return ctx.mb.pad(x=x, pad=np.array(mil, np.int32), mode="replicate" if mode == "edge" else mode,
+                      constant_val=float(np.asarray(value).reshape(-1)[0]) if np.size(value) else 0.0,
+                      name=ctx.name())
+
+
+@op("Cast")
+def cast(ctx: Ctx):
+    import onnx
+
+    to = onnx.TensorProto.DataType.Name(ctx.attr("to"))
+    mil = {"FLOAT": "fp32", "DOUBLE": "fp32", "FLOAT16": "fp16", "INT32": "int32", "INT64": "int32", "BOOL": "bool"}
+    if to not in mil:
+        ctx.refuse(f"a cast to {to} has no Core ML equivalent")
+    x = ctx.get(0)
+    if isinstance(x, np.ndarray):
+        return x.astype({"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool": np.bool_}[mil[to]])
+    return ctx.mb.cast(x=x, dtype=mil[to], name=ctx.name())

@@ -61,7 +61,30 @@ CASES = {
                            helper.make_node("Mul", ["s", "t"], ["m"]), helper.make_node("Sub", ["m", "k"], ["d"]),
                            helper.make_node("Div", ["d", "k"], ["q"]), helper.make_node("LeakyRelu", ["q"], ["y"])],
                           [("x", [2, 3, 4])], ["y"], [("k", np.array([0.5, 2.0, 3.0, 4.0]))]),
+    "squeeze_reduce_clip": _model([helper.make_node("Unsqueeze", ["x", "ax0"], ["u"]),
+                                   helper.make_node("ReduceSum", ["u", "ax3"], ["m"], keepdims=1),
+                                   helper.make_node("Squeeze", ["m", "ax0"], ["s"]),
+                                   helper.make_node("Clip", ["s", "lo", "hi"], ["y"])],
+                                  [("x", [2, 3, 4])], ["y"], [("ax0", np.array([0])), ("ax3", np.array([-1])),
+                                                              ("lo", np.array(-0.2)), ("hi", np.array(0.3))]),
+    "activations": _model([helper.make_node("HardSigmoid", ["x"], ["a"], alpha=0.3),
+                           helper.make_node("HardSwish", ["x"], ["b"]), helper.make_node("Elu", ["x"], ["c"]),
+                           helper.make_node("Softplus", ["x"], ["d"]), helper.make_node("PRelu", ["x", "sl"], ["e"])],
+                          [("x", [2, 3, 4])], ["a", "b", "c", "d", "e"], [("sl", _w(3, 1))]),
+    "layer_norm_gather_slice_pad": _model(
+        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["n"], axis=-1),
+         helper.make_node("Gather", ["n", "idx"], ["t"], axis=1),
+         helper.make_node("Slice", ["t", "st", "en", "axs"], ["sl"]),
+         helper.make_node("Pad", ["sl", "pads"], ["y"], mode="reflect")],
+        [("x", [2, 5, 6])], ["y"],
+        [("g", _w(6)), ("b", _w(6)), ("idx", np.array([-1, 0, 2])), ("st", np.array([1])),
+         ("en", np.array([2 ** 62])), ("axs", np.array([-1])), ("pads", np.array([0, 0, 1, 0, 0, 2]))]),
 }
+for _name, _inputs in {"squeeze_reduce_clip": ("ax0", "ax3"), "layer_norm_gather_slice_pad": ("idx", "st", "en", "axs",
+                                                                                             "pads")}.items():
+    for _t in CASES[_name].graph.initializer:  # indices, axes, starts/ends and pads are int64 in ONNX
+        if _t.name in _inputs:
+            _t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(_t).astype(np.int64), _t.name))
 # Reshape's shape must be int64
 CASES["gemm_bn_softmax"].graph.initializer[2].CopyFrom(numpy_helper.from_array(np.array([0, 6, 1], np.int64), "shape"))
 
