@@ -1,4 +1,4 @@
-"""Convert the example PyTorch CNN to Core ML in one call (torch -> ONNX -> MIL -> .mlpackage) and print
+"""Convert the example PyTorch CNN and transformer block to Core ML in one call (torch -> ONNX -> MIL -> .mlpackage) and print
 what the reports say.
 
     python examples/convert_coreml.py [OUT_DIR]
@@ -20,18 +20,18 @@ import onnxbridge  # noqa: E402
 
 def main(out_dir: str = "out/examples") -> int:
     out = Path(out_dir)
-    model, sample = models.cnn()
     failed = 0
-    for precision in ("fp32", "fp16"):
-        path = out / f"cnn_{precision}.mlpackage"
-        result = onnxbridge.convert(model, sample, to="coreml", output=path, opset=17, precision=precision,
-                                    report=out / f"cnn_{precision}_coreml.json")
-        rep = result.report
-        for hop in rep["hops"]:
-            worst = max(o.get("max_abs", 0.0) for o in hop["outputs"])
-            print(f"{precision} {hop['from']:>6s} -> {hop['to']:<7s} {hop['status']:7s} max abs diff {worst:.2e}"
-                  f"  -> {path}")
-        failed += not result.passed
+    for name in ("cnn", "transformer"):
+        model, sample = getattr(models, name)()
+        for precision in ("fp32", "fp16"):
+            path = out / f"{name}_{precision}.mlpackage"
+            result = onnxbridge.convert(model, sample, to="coreml", output=path, opset=17, precision=precision,
+                                        report=out / f"{name}_{precision}_coreml.json")
+            for hop in result.report["hops"]:
+                worst = max(o.get("max_abs", 0.0) for o in hop["outputs"])
+                print(f"{name:11s} {precision} {hop['from']:>6s} -> {hop['to']:<7s} {hop['status']:7s} "
+                      f"max abs diff {worst:.2e}  -> {path}")
+            failed += not result.passed
     return 1 if failed else 0
 
 

@@ -199,6 +199,15 @@ def batch_norm(x, mean, variance, gamma=None, beta=None, epsilon=1e-5, **_):
     return y.astype(x.dtype)
 
 
+@kernel("local_response_norm")
+def local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0, **_):
+    """x / (k + alpha / size * sum of squares over the ``size`` channels centred on each one) ** beta."""
+    size, half = int(_s(size)), int(_s(size)) // 2
+    sq = np.pad(x.astype(np.float64) ** 2, [(0, 0), (half, half)] + [(0, 0)] * (x.ndim - 2))
+    total = sum(sq[:, i:i + x.shape[1]] for i in range(size))
+    return (x / (_s(k) + _s(alpha) / size * total) ** _s(beta)).astype(x.dtype)
+
+
 @kernel("layer_norm")
 def layer_norm(x, axes, gamma=None, beta=None, epsilon=1e-5, **_):
     axes = tuple(int(a) for a in axes)

@@ -213,10 +213,15 @@ def concat(ctx: Ctx):
 def softmax(ctx: Ctx):
     x = ctx.get(0)
     axis = ctx.attr("axis", -1 if ctx.opset >= 13 else 1) % x.rank
-    if ctx.opset < 13 and axis != x.rank - 1:
-        ctx.refuse("before opset 13 Softmax flattens from its axis; only the last axis is lowered")
-    y = ctx.mb.softmax(x=x, axis=axis, name=None if ctx.node.op_type == "LogSoftmax" else ctx.name())
-    return ctx.mb.log(x=y, name=ctx.name()) if ctx.node.op_type == "LogSoftmax" else y
+    log = ctx.node.op_type == "LogSoftmax"
+    if ctx.opset < 13 and axis != x.rank - 1:  # before 13: over all axes from ``axis`` on, as one flat axis
+        shape = np.array(x.shape, np.int32)
+        flat = ctx.mb.reshape(x=x, shape=np.array([int(np.prod(x.shape[:axis])), -1], np.int32))
+        y = ctx.mb.softmax(x=flat, axis=1)
+        y = ctx.mb.log(x=y) if log else y
+        return ctx.mb.reshape(x=y, shape=shape, name=ctx.name())
+    y = ctx.mb.softmax(x=x, axis=axis, name=None if log else ctx.name())
+    return ctx.mb.log(x=y, name=ctx.name()) if log else y
 
 
 @op("Identity", "Dropout")
@@ -413,3 +418,24 @@ def cast(ctx: Ctx):
     if isinstance(x, np.ndarray):
         return x.astype({"fp32": np.float32, "fp16": np.float16, "int32": np.int32, "bool": np.bool_}[mil[to]])
     return ctx.mb.cast(x=x, dtype=mil[to], name=ctx.name())
+
+
+@op("Sum", "Mean")
+def sum_mean(ctx: Ctx):
+    values = [_f32(ctx.get(i)) for i in range(len(ctx.node.input))]
+    y = values[0]
+    for v in values[1:]:
+        y = ctx.mb.add(x=y, y=v)
+    if ctx.node.op_type == "Mean" and len(values) > 1:
+        y = ctx.mb.mul(x=y, y=np.float32(1.0 / len(values)))
+    return ctx.mb.identity(x=y, name=ctx.name()) if not isinstance(y, np.ndarray) else y
+
+
+@op("LRN")
+def lrn(ctx: Ctx):
+    size = int(ctx.attr("size"))
+    if size % 2 == 0:  # ONNX's window is lopsided for even sizes; MIL documents a symmetric one
+        ctx.refuse(f"size={size}: only odd LRN windows have the same meaning in Core ML")
+    return ctx.mb.local_response_norm(x=ctx.get(0), size=size, alpha=float(ctx.attr("alpha", 1e-4)),
+                                      beta=float(ctx.attr("beta", 0.75)), k=float(ctx.attr("bias", 1.0)),
+                                      name=ctx.name())

@@ -11,20 +11,57 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from onnxbridge.errors import BadInputError, UnsupportedError
 from onnxbridge.backends.coreml.ctimport import import_ct
 from onnxbridge.backends.coreml.lower import OPS, Ctx, _mil_name
+from onnxbridge.errors import BadInputError, UnsupportedError
 
 if TYPE_CHECKING:
     import onnx
 
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
+# ops lowered only when their values are known before run time (folded); otherwise refused when reached
+FOLDED_ONLY = ("Constant", "Shape", "ConstantOfShape", "Range", "Mod", "Equal", "Where", "Expand", "Size",
+               "NonZero")
 
 
 def blockers(model: "onnx.ModelProto") -> list[str]:
     """Every node the lowering table has no entry for (empty: all can be tried)."""
     return [f"node '{n.name}' ({n.op_type}): no Core ML lowering" for n in model.graph.node
-            if n.op_type not in OPS and n.op_type != "Constant"]
+            if n.op_type not in OPS and n.op_type not in FOLDED_ONLY]
+
+
+def fold(node: "onnx.NodeProto", values: dict, opset: int) -> list[np.ndarray] | None:
+    """The node's outputs when they are known before run time: a Constant, a Shape of a static shape, or any
+    op whose inputs are all constants (evaluated with onnx's reference evaluator), else None."""
+    import onnx
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    if node.op_type == "Constant":
+        return [numpy_helper.to_array(node.attribute[0].t)]
+    inputs = [values.get(name) for name in node.input if name]
+    if node.op_type == "Shape" and inputs and not isinstance(inputs[0], np.ndarray):
+        shape = list(inputs[0].shape)
+        if not all(isinstance(d, int) for d in shape):
+            return None
+        return [np.array(shape, np.int64)[_shape_slice(node, len(shape))]]
+    if not inputs or not all(isinstance(v, np.ndarray) for v in inputs) or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return None
+    names = [n for n in node.input if n]
+    graph = onnx.helper.make_graph([node], "fold", [onnx.helper.make_tensor_value_info(
+        n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in zip(names, inputs)],
+        [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    try:
+        return list(ReferenceEvaluator(model).run(None, dict(zip(names, inputs))))
+    except Exception:  # leave it to the lowering, which says why it cannot
+        return None
+
+
+def _shape_slice(node: "onnx.NodeProto", rank: int) -> slice:
+    attrs = {a.name: a.i for a in node.attribute}
+    return slice(attrs.get("start", 0), attrs.get("end", rank))
 
 
 def program(model: "onnx.ModelProto", target: str):
@@ -62,9 +99,12 @@ def program(model: "onnx.ModelProto", target: str):
         ctx.values.update({vi.name: func.inputs[_mil_name(vi.name)] for vi in g.input if vi.name not in inits})
         for node in g.node:
             ctx.node = node
-            if node.op_type == "Constant":
-                ctx.values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+            folded = fold(node, ctx.values, ctx.opset)
+            if folded is not None:
+                ctx.values.update(zip(node.output, folded))
                 continue
+            if node.op_type not in OPS:
+                ctx.refuse("its value depends on run-time data and it has no Core ML lowering")
             try:
                 ctx.values[node.output[0]] = OPS[node.op_type](ctx)
             except UnsupportedError:
@@ -112,7 +152,10 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     spec = mlmodel.get_spec()
+    names = [v.name for v in [*model.graph.input, *model.graph.output]]
+    renamed = {n: _mil_name(n) for n in names if _mil_name(n) != n}  # MIL names are identifiers
     return {"target": target, "compute_precision": precision, "spec_version": spec.specificationVersion,
+            "renamed": renamed,
             "ops": sorted({op.op_type for op in mlmodel._mil_program.functions["main"].operations}),
             "warnings": caught}
 

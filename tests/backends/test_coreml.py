@@ -2,6 +2,8 @@
 against onnxruntime (per op family, pitfalls included) and end to end from PyTorch."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -79,6 +81,10 @@ CASES = {
         [("x", [2, 5, 6])], ["y"],
         [("g", _w(6)), ("b", _w(6)), ("idx", np.array([-1, 0, 2])), ("st", np.array([1])),
          ("en", np.array([2 ** 62])), ("axs", np.array([-1])), ("pads", np.array([0, 0, 1, 0, 0, 2]))]),
+    "sum_lrn_softmax11": _model([helper.make_node("Sum", ["x", "x", "k4"], ["s"]),
+                                 helper.make_node("LRN", ["s"], ["l"], size=3, alpha=1e-3, beta=0.6, bias=1.5),
+                                 helper.make_node("Softmax", ["l"], ["y"], axis=1)],
+                                [("x", [2, 4, 3, 3])], ["y"], [("k4", _w(3))], opset=11),
 }
 for _name, _inputs in {"squeeze_reduce_clip": ("ax0", "ax3"), "layer_norm_gather_slice_pad": ("idx", "st", "en", "axs",
                                                                                              "pads")}.items():
@@ -121,6 +127,16 @@ def test_torch_to_coreml_in_one_command(cli, tmp_path, precision):
     assert info.exit_code == 0 and '"conv"' in info.stdout
 
 
+def test_transformer_shape_chains_are_folded(models, tmp_path):
+    """torch's export of an encoder block computes reshape targets with Shape/Gather/Concat chains; with static
+    input shapes they fold to constants before lowering."""
+    model, sample = models.transformer()
+    rep = onnxbridge.convert(model, sample, to="coreml", output=tmp_path / "t.mlpackage", opset=17).report
+    assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("torch", "onnx", "passed"),
+                                                                      ("onnx", "coreml", "passed")]
+    assert {"layer_norm", "softmax", "matmul"} <= set(rep["artifact"]["backend"]["ops"])
+
+
 def test_a_wrong_lowering_is_caught(tmp_path, monkeypatch):
     """Swap the pads order back to ONNX's (the classic mistake): the Core ML hop fails."""
     from onnxbridge.backends.coreml import lower
@@ -154,3 +170,29 @@ def test_importing_the_backend_keeps_tensorflow_out():
             "print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr[-500:]
+
+
+LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+LIGHT = sorted(p.stem for p in LIGHT_DIR.glob("light_*.onnx"))
+
+
+@pytest.mark.skipif(not LIGHT, reason="this onnx wheel ships no light models")
+@pytest.mark.parametrize("name", LIGHT)
+def test_light_zoo_converts_and_matches(name, tmp_path):
+    import coremltools as ct
+
+    src = LIGHT_DIR / f"{name}.onnx"
+    out = tmp_path / f"{name}.mlpackage"
+    rep = onnxbridge.convert(src, to="coreml", output=out).report
+    assert rep["status"] == "passed" and rep["hops"][-1]["to"] == "coreml", rep["hops"][-1]
+    spec = ct.models.MLModel(str(out), skip_model_load=True).get_spec()
+    model = onnx.load(src)
+    renamed = rep["artifact"]["backend"]["renamed"]  # names that are not identifiers ('gpu_0/data_0') are reported
+
+    def names(values):
+        return [renamed.get(v.name, v.name) for v in values if v.name not in {t.name for t in model.graph.initializer}]
+    assert [i.name for i in spec.description.input] == names(model.graph.input)
+    assert [o.name for o in spec.description.output] == names(model.graph.output)
+    assert [list(i.type.multiArrayType.shape) for i in spec.description.input] == \
+        [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input
+         if i.name not in {t.name for t in model.graph.initializer}]
