@@ -293,6 +293,32 @@ def avg_pool(x, kernel_sizes, strides, pad_type, pad=None, ceil_mode=False, excl
                  exclude=bool(_s(exclude_padding_from_average)))
 
 
+# recurrence ------------------------------------------------------------------------------------
+@kernel("lstm")
+def lstm(x, initial_h, initial_c, weight_ih, weight_hh, bias=None, peephole=None, direction="forward",
+         output_sequence=False, recurrent_activation="sigmoid", cell_activation="tanh", activation="tanh", clip=None,
+         **_):
+    """Forward; MIL gate order [i, f, o, c]; returns (outputs [s, b, H] or [1, b, H], h [b, H], c [b, H])."""
+    if str(_s(direction)) != "forward" or peephole is not None and np.any(peephole) or clip is not None:
+        raise UnsupportedError("the host evaluator runs forward LSTMs without peepholes or clipping")
+    if (str(_s(recurrent_activation)), str(_s(cell_activation)), str(_s(activation))) != ("sigmoid", "tanh", "tanh"):
+        raise UnsupportedError("the host evaluator runs LSTMs with the default activations only")
+    steps = range(x.shape[0])
+    h, c = initial_h.astype(np.float64), initial_c.astype(np.float64)
+    b = np.zeros(weight_ih.shape[0]) if bias is None else bias
+    outputs = [None] * x.shape[0]
+    for t in steps:
+        gates = x[t] @ weight_ih.T + h @ weight_hh.T + b
+        i, f, o, z = np.split(gates, 4, axis=-1)
+        sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+        c = sig(f) * c + sig(i) * np.tanh(z)
+        h = sig(o) * np.tanh(c)
+        outputs[t] = h
+    seq = np.stack(outputs) if _s(output_sequence) else h[None]
+    dtype = x.dtype
+    return seq.astype(dtype), h.astype(dtype), c.astype(dtype)
+
+
 # resizing --------------------------------------------------------------------------------------
 def _source_coords(n_in: int, n_out: int, scale: float, align_corners: bool, half_pixel: bool) -> np.ndarray:
     dst = np.arange(n_out, dtype=np.float64)

@@ -439,3 +439,38 @@ def lrn(ctx: Ctx):
     return ctx.mb.local_response_norm(x=ctx.get(0), size=size, alpha=float(ctx.attr("alpha", 1e-4)),
                                       beta=float(ctx.attr("beta", 0.75)), k=float(ctx.attr("bias", 1.0)),
                                       name=ctx.name())
+
+
+def _ifoc(w: np.ndarray) -> np.ndarray:
+    """ONNX gate blocks [i, o, f, c] along axis 0 -> MIL's [i, f, o, c]."""
+    i, o, f, c = np.split(w, 4, axis=0)
+    return np.concatenate([i, f, o, c], axis=0).astype(np.float32)
+
+
+@op("LSTM")
+def lstm(ctx: Ctx):
+    """Forward direction, default activations, no peepholes or sequence lengths."""
+    x = ctx.get(0)
+    w, r, b = ctx.const(1, "W"), ctx.const(2, "R"), ctx.const(3, "B")
+    direction = ctx.attr("direction", "forward")
+    if direction != "forward":
+        ctx.refuse(f"direction={direction} is not lowered yet")
+    if ctx.get(4) is not None or ctx.get(7) is not None or ctx.attr("layout", 0) or ctx.attr("input_forget", 0):
+        ctx.refuse("sequence_lens, peepholes, layout=1 and input_forget are not lowered")
+    if ctx.attr("activations") not in (None, ["Sigmoid", "Tanh", "Tanh"]) or ctx.attr("clip") is not None:
+        ctx.refuse("only the default activations without clipping are lowered")
+    hidden = w.shape[1] // 4
+    batch = x.shape[1]
+    bias = np.zeros(4 * hidden, np.float32) if b is None else _ifoc(b[0, :4 * hidden]) + _ifoc(b[0, 4 * hidden:])
+    h0, c0 = ctx.get(5), ctx.get(6)  # ONNX [1, b, H] -> MIL [b, H]
+    h0 = np.zeros((batch, hidden), np.float32) if h0 is None else ctx.mb.squeeze(x=h0, axes=[0])
+    c0 = np.zeros((batch, hidden), np.float32) if c0 is None else ctx.mb.squeeze(x=c0, axes=[0])
+    y, h, c = ctx.mb.lstm(x=x, initial_h=h0, initial_c=c0, weight_ih=_ifoc(w[0]), weight_hh=_ifoc(r[0]), bias=bias,
+                          direction="forward", output_sequence=True,
+                          recurrent_activation="sigmoid", cell_activation="tanh", activation="tanh")
+    outs = ctx.node.output
+    ctx.values[outs[0]] = ctx.mb.expand_dims(x=y, axes=[1], name=ctx.name(0)) if outs[0] else None
+    for i, state in ((1, h), (2, c)):
+        if len(outs) > i and outs[i]:
+            ctx.values[outs[i]] = ctx.mb.expand_dims(x=state, axes=[0], name=ctx.name(i))
+    return ctx.values[outs[0]] if outs[0] else ctx.values[outs[1]]

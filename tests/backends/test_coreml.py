@@ -137,6 +137,19 @@ def test_transformer_shape_chains_are_folded(models, tmp_path):
     assert {"layer_norm", "softmax", "matmul"} <= set(rep["artifact"]["backend"]["ops"])
 
 
+def test_lstm_gate_order(models, tmp_path, monkeypatch):
+    """ONNX gates are [i, o, f, c], MIL's [i, f, o, c]: the torch LSTM passes, and without the reordering the
+    Core ML hop fails."""
+    from onnxbridge.backends.coreml import lower
+
+    model, sample = models.lstm()
+    rep = onnxbridge.convert(model, sample, to="coreml", output=tmp_path / "l.mlpackage", opset=17).report
+    assert rep["status"] == "passed" and "lstm" in rep["artifact"]["backend"]["ops"]
+    monkeypatch.setattr(lower, "_ifoc", lambda w: np.asarray(w, np.float32))
+    rep = onnxbridge.convert(model, sample, to="coreml", output=tmp_path / "bad.mlpackage", opset=17).report
+    assert rep["status"] == "failed" and [h["status"] for h in rep["hops"]] == ["passed", "failed"]
+
+
 def test_a_wrong_lowering_is_caught(tmp_path, monkeypatch):
     """Swap the pads order back to ONNX's (the classic mistake): the Core ML hop fails."""
     from onnxbridge.backends.coreml import lower
