@@ -30,20 +30,20 @@ def keras_cnn():
     return model
 
 
-class Scorer(tf.Module):
-    """A tf.Module with two signatures: serving_default (dict outputs) and scale."""
+def _example_module():
+    """examples/convert_tensorflow.py, whose Scorer (a tf.Module with two signatures) the tests share."""
+    import importlib.util
 
-    def __init__(self):
-        super().__init__()
-        self.w = tf.Variable(tf.random.stateless_normal([8, 4], seed=[1, 2]))
+    from tests.conftest import ROOT
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="features")])
-    def __call__(self, features):
-        return {"logits": tf.matmul(features, self.w), "norm": tf.reduce_sum(tf.square(features), axis=1)}
+    path = ROOT / "examples" / "convert_tensorflow.py"
+    spec = importlib.util.spec_from_file_location("convert_tensorflow_example", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
-    def scale(self, x):
-        return tf.nn.relu(x) * 2.0
+
+Scorer = _example_module().Scorer  # serving_default (dict outputs: logits, norm) and scale
 
 
 class Pooler(tf.Module):
