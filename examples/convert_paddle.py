@@ -2,9 +2,9 @@
 
     python examples/convert_paddle.py [OUT_DIR]
 
-A conv net (live, with an InputSpec) and the same net saved with paddle.jit.save (PIR .json +
-.pdiparams) are converted at opset 13, 17 and 21, and validated against Paddle at the sample batch
-and at batch + 1.
+A conv net (live, with an InputSpec) and the same net saved with paddle.jit.save, as PIR .json +
+.pdiparams and as a legacy .pdmodel + .pdiparams, are converted at opset 13, 17 and 21 and validated
+against Paddle at the sample batch and at batch + 1.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 os.environ.setdefault("GLOG_minloglevel", "2")
+os.environ.setdefault("FLAGS_call_stack_level", "0")
 warnings.filterwarnings("ignore", message=".*ccache.*")
 
 import paddle  # noqa: E402
@@ -38,12 +39,16 @@ def main(out_dir: str = "out/examples") -> int:
     paddle.seed(0)
     net = ConvNet()
     spec = [paddle.static.InputSpec([None, 3, 32, 32], "float32", name="image")]
-    paddle.jit.save(net, str(out / "paddle_convnet" / "convnet"), input_spec=spec)
+    saved = out / "paddle_convnet" / "convnet"
+    net.eval()  # saved for inference (the live layer's mode does not matter: its reference runs in eval mode)
+    paddle.jit.save(net, str(saved), input_spec=spec)  # PIR: convnet.json
+    with paddle.pir_utils.OldIrGuard():
+        paddle.jit.save(net, str(saved), input_spec=spec)  # the old IR: convnet.pdmodel
     failed = 0
-    for name, source, sample in (("Layer + InputSpec", net, spec),
-                                 ("jit.save .json", out / "paddle_convnet" / "convnet.json", None)):
+    for name, source, sample in (("Layer + InputSpec", net, spec), ("jit.save .json", saved.with_suffix(".json"), None),
+                                 ("jit.save .pdmodel", saved.with_suffix(".pdmodel"), None)):
         for opset in (13, 17, 21):
-            path = out / f"paddle_{'file' if sample is None else 'layer'}_opset{opset}.onnx"
+            path = out / f"paddle_{name.split()[-1].strip('.')}_opset{opset}.onnx"
             result = onnxbridge.convert(source, sample, output=path, opset=opset, report=path.with_suffix(".json"))
             rep = result.report
             worst = max(o.get("max_abs", 0.0) for h in rep["hops"] for o in h["outputs"])

@@ -1,16 +1,29 @@
 """PaddlePaddle frontend: a live ``paddle.nn.Layer`` (with InputSpecs or sample arrays) and inference
-models from ``paddle.jit.save`` (``.json`` PIR or legacy ``.pdmodel``, each with ``.pdiparams``), converted
-with paddle2onnx in a child process and checked against Paddle."""
+models from ``paddle.jit.save`` (``.json`` PIR or legacy ``.pdmodel``, each with ``.pdiparams``), named by
+the program file, the weights file, the path prefix or a folder holding one model; converted with
+paddle2onnx in a child process and checked against Paddle."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from onnxbridge.specs import DynamicAxis, TensorSpec
 
 NAME = "paddle"
 OPTIONS = ()
+PROGRAMS = (".json", ".pdmodel")
 PARAMS = ".pdiparams"
+
+
+def is_pir_json(path: Path) -> bool:
+    """True for a PIR program: its first bytes carry the ``"magic":"pir"`` header jit.save writes."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return b'"magic":"pir"' in head.replace(b" ", b"")
 
 
 def accepts(source: Any) -> bool:
@@ -18,8 +31,12 @@ def accepts(source: Any) -> bool:
         path = Path(source)
         if path.is_dir():
             return any(path.glob(f"*{PARAMS}"))
+        if not path.exists():  # a path prefix, as given to paddle.jit.save
+            return any(Path(f"{path}{s}").is_file() for s in PROGRAMS)
         suffix = path.suffix.lower()
-        return suffix in (".pdmodel", PARAMS) or (suffix == ".json" and path.with_suffix(PARAMS).exists())
+        if suffix == ".json":  # not every .json file: only a program with its weights or a PIR header
+            return path.with_suffix(PARAMS).exists() or is_pir_json(path)
+        return suffix in (".pdmodel", PARAMS)
     return any(c.__module__.split(".")[0] == "paddle" for c in type(source).__mro__)
 
 

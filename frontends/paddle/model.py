@@ -6,24 +6,27 @@ import contextlib
 import inspect
 import os
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
-from onnxbridge.frontends.base import Exported, SourceModel
-from onnxbridge.frontends.paddle.convert import paddle2onnx_opset
-from onnxbridge.frontends.paddle.files import inference_files
 
 from onnxbridge.errors import BadInputError, ExportError
+from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.frontends.paddle.convert import MAX_OPSET, paddle2onnx_opset, paddle_message
+from onnxbridge.frontends.paddle.files import inference_files
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, apply_overrides, as_arrays, random_sample
 
 
 def import_paddle():
-    """``paddle``, refused where it would crash (after tensorflow), with glog INFO lines off."""
+    """``paddle``, refused where it would crash (after tensorflow), with glog lines below ERROR off and its
+    errors without their Python stack (unless the caller set these flags)."""
     from onnxbridge.isolation import require_importable
 
     require_importable("paddle")
     os.environ.setdefault("GLOG_minloglevel", "2")
+    os.environ.setdefault("FLAGS_call_stack_level", "0")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "No ccache found" and friends
         import paddle
@@ -75,7 +78,7 @@ class PaddleModel(SourceModel):
             self.kind = "Paddle inference model (.json PIR)" if self.program.suffix == ".json" \
                 else "Paddle inference model (.pdmodel)"
             self.description = f"Paddle model {self.program.name}"
-            specs = self._file_specs(paddle)
+            specs, arrays = self._file_specs(paddle), None
             self.predictor = self._predictor(paddle)
             self.dynamic = list(dynamic)
             can_open = False
@@ -84,12 +87,16 @@ class PaddleModel(SourceModel):
                 raise BadInputError(f"a {type(source).__name__} is not a paddle.nn.Layer")
             self.layer, self.kind = source, "paddle.nn.Layer"
             self.description = f"Paddle {type(source).__name__}"
-            specs = self._layer_specs(paddle, sample_inputs, input_shapes, input_names)
+            specs, arrays = self._layer_specs(paddle, sample_inputs, input_shapes, input_names)
             self.dynamic = list(dynamic)
             can_open = True
         self.input_specs = apply_overrides(specs, input_shapes, dynamic, can_open=can_open)
-        self.sample = self._sample(sample_inputs, seed)
-        self.output_names: list[str] = []
+        if self.layer is None and sample_inputs is not None:
+            arrays = as_arrays({k: _numpy(v) for k, v in sample_inputs.items()} if isinstance(sample_inputs, Mapping)
+                               else [_numpy(v) for v in _listed(sample_inputs)], [s.name for s in specs])
+        self.sample = random_sample(self.input_specs, seed, fill=2) if arrays is None else \
+            Sample({s.name: arrays[s.name].astype(s.dtype) for s in self.input_specs}, origin="sample inputs")
+        self.fetch_names: list[str] = []  # paddle2onnx's output names, in ONNX order
 
     # loading ---------------------------------------------------------------------------------
     def _file_specs(self, paddle) -> list[TensorSpec]:
@@ -110,8 +117,7 @@ class PaddleModel(SourceModel):
             finally:
                 paddle.disable_static()
         except Exception as exc:
-            raise BadInputError(f"cannot load Paddle model '{self.program.name}': "
-                                f"{' '.join(str(exc).split())[:300]}") from None
+            raise BadInputError(f"cannot load Paddle model '{self.program.name}': {paddle_message(exc)}") from None
 
     def _predictor(self, paddle):
         config = paddle.inference.Config(str(self.program), str(self.params))
@@ -121,66 +127,70 @@ class PaddleModel(SourceModel):
         try:
             return paddle.inference.create_predictor(config)
         except Exception as exc:
-            raise BadInputError(f"Paddle cannot run '{self.program.name}': {' '.join(str(exc).split())[:300]}") \
-                from None
+            raise BadInputError(f"Paddle cannot run '{self.program.name}': {paddle_message(exc)}") from None
 
-    def _layer_specs(self, paddle, sample: Any, input_shapes: Sequence[TensorSpec],
-                     input_names: Sequence[str] | None) -> list[TensorSpec]:
-        params = [n for n, p in inspect.signature(self.layer.forward).parameters.items()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    def _layer_specs(self, paddle, sample: Any, input_shapes: Sequence[TensorSpec], input_names: Sequence[str] | None
+                     ) -> tuple[list[TensorSpec], dict[str, np.ndarray] | None]:
+        """Input specs named after forward's parameters, and the sample arrays (None for InputSpecs)."""
         if sample is None:
             if not input_shapes:
                 raise BadInputError("a live Paddle layer needs sample inputs or InputSpecs (or --input-shape)")
-            return [TensorSpec(s.name, s.shape, s.dtype or "float32") for s in input_shapes]
-        items = list(sample) if isinstance(sample, (list, tuple)) else [sample]
+            return [TensorSpec(s.name, s.shape, s.dtype or "float32") for s in input_shapes], None
+        keyed = isinstance(sample, Mapping)
+        names = _arg_names(self.layer, len(sample) if keyed else len(_listed(sample)))
+        if keyed and sorted(sample) != sorted(names):  # forward gets them in order, by position
+            raise BadInputError(f"sample inputs {', '.join(map(repr, sample))} are not forward's first "
+                                f"{len(names)} parameter(s) ({', '.join(names)})")
+        items = [sample[n] for n in names] if keyed else _listed(sample)
+        if input_names:
+            if len(input_names) != len(items):
+                raise BadInputError(f"{len(input_names)} input names for {len(items)} inputs")
+            names = list(input_names)
         if all(isinstance(s, paddle.static.InputSpec) for s in items):
-            names = list(input_names or [])
-            return [_spec(names[i] if i < len(names) else (s.name or params[i]), s.shape, s.dtype)
-                    for i, s in enumerate(items)]
-        names = list(input_names) if input_names else (list(sample) if isinstance(sample, Mapping)
-                                                       else params[:len(items)])
-        arrays = as_arrays({k: _numpy(v) for k, v in sample.items()} if isinstance(sample, Mapping)
-                           else [_numpy(v) for v in items], names)
-        return [_spec(n, a.shape, a.dtype) for n, a in arrays.items()]
-
-    def _sample(self, sample: Any, seed: int) -> Sample:
-        items = list(sample) if isinstance(sample, (list, tuple)) else [sample]
-        if sample is None or (self.layer is not None and type(items[0]).__name__ == "InputSpec"):
-            return random_sample(self.input_specs, seed, fill=2)
-        names = [s.name for s in self.input_specs]
-        arrays = as_arrays({k: _numpy(v) for k, v in sample.items()} if isinstance(sample, Mapping)
-                           else [_numpy(v) for v in items], names)
-        return Sample({s.name: arrays[s.name].astype(s.dtype) for s in self.input_specs}, origin="sample inputs")
+            # a spec's own name, unless the inputs were named by key or --input-name
+            names = [n if input_names or keyed or not s.name else s.name for n, s in zip(names, items)]
+            return [_spec(n, s.shape, s.dtype) for n, s in zip(names, items)], None
+        if any(isinstance(s, paddle.static.InputSpec) for s in items):
+            raise BadInputError("give sample inputs either as InputSpecs or as arrays/tensors, not a mix")
+        arrays = as_arrays([_numpy(v) for v in items], names)
+        return [_spec(n, a.shape, a.dtype) for n, a in arrays.items()], arrays
 
     # export ----------------------------------------------------------------------------------
     def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
                exporter: str = "auto") -> Exported:
         import onnx
-        import paddle2onnx
 
+        from onnxbridge.adapters import default_opset
         from onnxbridge.builder import rename_values
         from onnxbridge.isolation import call_isolated
+        from onnxbridge.registry import dist_version
 
-        notes: list[str] = []
+        if exporter not in ("auto", "paddle2onnx"):
+            raise BadInputError(f"unknown exporter '{exporter}' for Paddle; known: paddle2onnx")
         program, params = self._inference_files(workdir / "paddle")
         save = workdir / "paddle2onnx.onnx"
         call_isolated("onnxbridge.frontends.paddle.convert:to_onnx",
                       {"program": str(program), "params": str(params), "save_file": str(save),
-                       "opset": paddle2onnx_opset(opset, notes), "scratch": str(workdir)}, what="paddle2onnx")
+                       "opset": paddle2onnx_opset(opset), "scratch": str(workdir)}, what="paddle2onnx")
         try:
             model = onnx.load(str(save))
         except Exception as exc:
             raise ExportError(f"paddle2onnx wrote an unreadable model: {' '.join(str(exc).split())[:200]}") from None
-        if not model.graph.output or not model.graph.node:
+        if not model.graph.output or not model.graph.node:  # PaddlePaddle/Paddle#69128: "success", no model
             raise ExportError("paddle2onnx reported success but wrote an empty model")
-        got = [o.name for o in model.graph.output]
+        notes = []
+        got = default_opset(model)
+        if opset is not None and got != opset:
+            why = f"it emits up to {MAX_OPSET}" if opset > MAX_OPSET else "the lowest its operators allow"
+            notes.append(f"paddle2onnx exported at opset {got} ({why}); adapted to {opset}")
+        self.fetch_names = [o.name for o in model.graph.output]
         names = list(output_names) if output_names else \
-            (["output"] if len(got) == 1 else [f"output_{i}" for i in range(len(got))])
-        if len(names) != len(got):
-            raise BadInputError(f"{len(names)} output names for {len(got)} outputs")
-        rename_values(model.graph, dict(zip(got, names)))
-        self.output_names = names
-        return Exported(model, None, f"paddle2onnx {paddle2onnx.__version__}", notes)
+            (["output"] if len(self.fetch_names) == 1 else [f"output_{i}" for i in range(len(self.fetch_names))])
+        if len(names) != len(self.fetch_names):
+            raise BadInputError(f"{len(names)} output names for {len(self.fetch_names)} outputs")
+        rename_values(model.graph, dict(zip(self.fetch_names, names)))
+        label_dims(model.graph, self.dynamic)
+        return Exported(model, None, f"paddle2onnx {dist_version('paddle2onnx')}", notes)
 
     def _inference_files(self, folder: Path) -> tuple[Path, Path]:
         """The program and weights to convert: the layer saved with jit.save, or links to the user's files
@@ -198,8 +208,7 @@ class PaddleModel(SourceModel):
                 warnings.simplefilter("ignore")
                 paddle.jit.save(self.layer, str(folder / "model"), input_spec=specs)
         except Exception as exc:
-            raise ExportError(f"paddle.jit.save failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") \
-                from None
+            raise ExportError(f"paddle.jit.save failed: {paddle_message(f'{type(exc).__name__}: {exc}')}") from None
         program = next((folder / f"model{s}" for s in (".json", ".pdmodel") if (folder / f"model{s}").exists()), None)
         if program is None:
             raise ExportError("paddle.jit.save wrote no program file")
@@ -222,8 +231,42 @@ class PaddleModel(SourceModel):
             handle.copy_from_cpu(a)
         with native_output_silenced():  # it prints oneDNN debug lines to stdout
             p.run()
-        return [p.get_output_handle(n).copy_to_cpu() for n in p.get_output_names()]
+        names = p.get_output_names()
+        if sorted(self.fetch_names) == sorted(names):
+            names = self.fetch_names
+        return [p.get_output_handle(n).copy_to_cpu() for n in names]
 
 
 def _numpy(value: Any) -> np.ndarray:
     return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def _listed(sample: Any) -> list:
+    return list(sample) if isinstance(sample, (list, tuple)) else [sample]
+
+
+def _arg_names(layer, count: int) -> list[str]:
+    """forward's positional parameter names for ``count`` inputs (``input_<i>`` past a ``*args``)."""
+    params = inspect.signature(layer.forward).parameters.values()
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:count]
+    if len(names) < count and any(p.kind == p.VAR_POSITIONAL for p in params):
+        names += [f"input_{i}" for i in range(len(names), count)]
+    if len(names) < count:
+        raise BadInputError(f"{count} sample inputs for forward({', '.join(names)}) of {type(layer).__name__}")
+    return names
+
+
+def label_dims(graph, dynamic: Sequence[DynamicAxis]) -> None:
+    """Name the symbolic input axes (``--dynamic`` labels, else ``<input>_dim<axis>``) in place of
+    paddle2onnx's unrelated ``DynamicDimension.N``; outputs' such axes are left for shape inference."""
+    labels = {(d.name, d.axis): d.dim_label for d in dynamic}
+    for value in graph.input:
+        dims = value.type.tensor_type.shape.dim
+        for axis, dim in enumerate(dims):
+            if not dim.HasField("dim_value"):
+                dim.dim_param = labels.get((value.name, axis)) or labels.get((value.name, axis - len(dims))) \
+                    or f"{value.name}_dim{axis}"
+    for value in [*graph.output, *graph.value_info]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param.startswith("DynamicDimension."):
+                dim.Clear()

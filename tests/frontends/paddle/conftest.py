@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("GLOG_minloglevel", "2")
+os.environ.setdefault("FLAGS_call_stack_level", "0")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     paddle = pytest.importorskip("paddle")
@@ -28,6 +30,8 @@ class ConvNet(paddle.nn.Layer):
 
 
 class TwoInputs(paddle.nn.Layer):
+    """Two inputs, two outputs."""
+
     def __init__(self):
         super().__init__()
         self.fc = paddle.nn.Linear(4, 3)
@@ -44,8 +48,15 @@ def conv_net() -> ConvNet:
     return net
 
 
-def save_legacy_mlp(prefix: str) -> None:
-    """A legacy (pre-PIR) inference program: .pdmodel + .pdiparams."""
+class Singular(paddle.nn.Layer):
+    """svd: an operator paddle2onnx 2.1 cannot convert (it aborts the process)."""
+
+    def forward(self, x):
+        return paddle.linalg.svd(x)[1]
+
+
+def save_static_mlp(prefix: str) -> None:
+    """A static-graph inference program (save_inference_model, the pre-PIR way): .pdmodel + .pdiparams."""
     paddle.enable_static()
     try:
         with paddle.pir_utils.OldIrGuard():
@@ -66,21 +77,36 @@ def net():
     return conv_net()
 
 
+IMAGE = paddle.static.InputSpec([None, 3, 16, 16], "float32", name="image")
+
+
 @pytest.fixture(scope="session")
 def paddle_files(tmp_path_factory):
+    """jit.save'd models: PIR .json, legacy .pdmodel (OldIrGuard), a static-graph .pdmodel; and bad ones."""
     root = tmp_path_factory.mktemp("paddle_models")
     net = conv_net()
-    spec = [paddle.static.InputSpec([None, 3, 16, 16], "float32", name="image")]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        paddle.jit.save(net, str(root / "pir" / "convnet"), input_spec=spec)
+        paddle.jit.save(net, str(root / "pir" / "convnet"), input_spec=[IMAGE])
+        with paddle.pir_utils.OldIrGuard():  # Paddle 3 still writes .pdmodel under the old IR
+            paddle.jit.save(net, str(root / "legacy" / "convnet"), input_spec=[IMAGE])
         paddle.jit.save(TwoInputs(), str(root / "two" / "two"),
                         input_spec=[paddle.static.InputSpec([None, 4], "float32", "a"),
                                     paddle.static.InputSpec([None, 5], "float32", "b")])
-    save_legacy_mlp(str(root / "legacy" / "mlp"))
-    (root / "lonely").mkdir()
-    (root / "lonely" / "model.pdmodel").write_bytes((root / "legacy" / "mlp.pdmodel").read_bytes())
-    (root / "corrupt").mkdir()
-    (root / "corrupt" / "model.json").write_text('{"not": "a program"}')
-    (root / "corrupt" / "model.pdiparams").write_bytes(b"\x00" * 16)
+    save_static_mlp(str(root / "static" / "mlp"))
+    pir, legacy = root / "pir" / "convnet", root / "legacy" / "convnet"
+    for folder, files in {
+        "lonely": {"model.pdmodel": Path(f"{legacy}.pdmodel").read_bytes()},
+        "lonely_pir": {"model.json": Path(f"{pir}.json").read_bytes()},
+        "corrupt": {"model.json": b'{"not": "a program"}', "model.pdiparams": b"\x00" * 16},
+        "corrupt_pdmodel": {"model.pdmodel": os.urandom(300), "model.pdiparams": Path(f"{legacy}.pdiparams").read_bytes()},
+        "truncated": {"model.pdmodel": Path(f"{legacy}.pdmodel").read_bytes(),
+                      "model.pdiparams": Path(f"{legacy}.pdiparams").read_bytes()[:200]},
+        "two_models": {f"{stem}{suffix}": Path(f"{pir}{suffix}").read_bytes()
+                       for stem in ("a", "b") for suffix in (".json", ".pdiparams")},
+        "config": {"config.json": b'{"batch_size": 8}'},
+    }.items():
+        (root / folder).mkdir()
+        for name, data in files.items():
+            (root / folder / name).write_bytes(data)
     return root
