@@ -111,11 +111,31 @@ def frontend_options(fn):
     return fn
 
 
+def backend_options(fn):
+    """Options that only some backends take (the spine refuses them for the others)."""
+    for option in reversed([
+        click.option("--shapes", multiple=True, metavar="NAME:MIN/OPT/MAX",
+                     help="TensorRT optimization profile of an input, e.g. x:1x3x224x224/8x3x224x224/32x3x224x224 "
+                          "(default: min 1, opt and max from the sample)."),
+        click.option("--workspace", type=click.IntRange(1), metavar="MB", help="TensorRT workspace limit in MB."),
+        click.option("--timing-cache", "timing_cache", type=click.Path(dir_okay=False),
+                     help="TensorRT timing cache: loaded if present, saved after the build."),
+        click.option("--calibration", type=click.Path(exists=True),
+                     help="int8 calibration data (.npz or a folder of .npy; batches along axis 0) for DLC/TensorRT."),
+        click.option("--flavour", type=click.Choice(["tensorrt", "tensorrt-rtx", "qairt", "qnn-ir"]),
+                     help="Toolchain: TensorRT or TensorRT-RTX (--to tensorrt); the QAIRT SDK or onnxruntime-qnn's "
+                          "QnnIr serializer (--to dlc). Default: what is installed."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
 @cli.command()
 @click.argument("source")
-@click.option("-o", "--output", required=True, type=click.Path(), help="Where to write the model (.onnx, .mlpackage).")
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="Where to write the model (.onnx, .mlpackage, .dlc, .engine).")
 @click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
-@click.option("--to", default="onnx", show_default=True, help="Target format: onnx, coreml.")
+@click.option("--to", default="onnx", show_default=True, help="Target format: onnx, coreml, dlc, tensorrt.")
 @click.option("--target", metavar="TARGET", help="Backend deployment target (Core ML: iOS15, iOS16 (default), iOS17, iOS18).")
 @click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
@@ -140,11 +160,13 @@ def frontend_options(fn):
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
 @report_options
 @frontend_options
+@backend_options
 @click.pass_context
 @handle_errors
 def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
             validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, seed,
-            external_data, report, trust, signature, inputs_as_nchw):
+            external_data, report, trust, signature, inputs_as_nchw, shapes, workspace, timing_cache, calibration,
+            flavour):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
@@ -161,13 +183,16 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
                          samples=samples, latency_runs=latency_runs, seed=seed, external_data=external_data,
                          report=report,
                          progress=_progress(ctx), target=target, signature=signature,
-                         inputs_as_nchw=list(inputs_as_nchw))
+                         inputs_as_nchw=list(inputs_as_nchw), shapes=list(shapes), workspace=workspace,
+                         timing_cache=timing_cache, calibration=calibration, flavour=flavour)
     rep = result.report
     console = _console(ctx)
     if console is not None:
         art = rep["artifact"]
-        console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} bytes"
-                      + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "") + ")")
+        built = f"{art['format']}, from ONNX " if art["format"] != "onnx" else ""
+        console.print(f"wrote {art['path']} ({built}opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} "
+                      "bytes" + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "")
+                      + ")")
     _finish(ctx, rep, console, _renderers(junit, markdown, html), fail_on)
 
 
@@ -267,16 +292,47 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
 
 @cli.command()
 @click.argument("model", type=click.Path())
+@click.option("--targets", required=True, metavar="NAME[,NAME...]",
+              help="Backends to check against: coreml, dlc, tensorrt (comma-separated or repeated).", multiple=True)
+@click.option("--opset", type=click.IntRange(7, 30), help="Also check that the model can move to this opset.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
+              help="Shapes the conversion would fix (a DLC needs static shapes).")
+@click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
+@click.pass_context
+@handle_errors
+def check(ctx, model, targets, opset, input_shapes, report):
+    """List every node or setting of MODEL (ONNX) that stops it from reaching each target, without converting.
+
+    Exits 0 when nothing blocks, 2 when something does.
+    """
+    from onnxbridge.spine import check_targets
+
+    names = [t.strip() for item in targets for t in item.split(",") if t.strip()]
+    rep = check_targets(model, names, opset=opset, input_shapes=list(input_shapes), report=report)
+    console = _console(ctx)
+    for line in rep["blockers"]:
+        click.echo(line)
+    if console is not None:
+        for name, row in rep["targets"].items():
+            state = "[green]can convert[/]" if not row["blockers"] else f"[red]{len(row['blockers'])} blocker(s)[/]"
+            tool = "" if row["available"] else f" [dim](toolchain not installed: {row['reason']})[/]"
+            console.print(f"{name}: {state}{tool}")
+    ctx.exit(EXIT_BAD_INPUT if rep["blockers"] else EXIT_OK)
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 @handle_errors
 def inspect(ctx, model, as_json):
-    """Opsets, IR version, inputs/outputs, op histogram, parameters and external data of MODEL."""
+    """What MODEL holds: for ONNX, opsets, IR, I/O, op histogram, parameters and external data; for a backend's
+    artifact (.mlpackage, .dlc, .engine), its format, I/O and what built it."""
     import json
 
-    from onnxbridge.backends import BACKENDS, for_file
+    from onnxbridge.backends import for_file, module_of
 
-    info = BACKENDS.load(for_file(model) or "onnx").inspect(model)
+    info = module_of(for_file(model) or "onnx").inspect(model)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

@@ -30,6 +30,18 @@ def top1_agreement(ref: "np.ndarray", got: "np.ndarray") -> float | None:
     return float((np.argmax(ref, axis=1) == np.argmax(got, axis=1)).mean())
 
 
+def topk_agreement(ref: "np.ndarray", got: "np.ndarray", k: int = 5) -> float | None:
+    """Mean overlap of the top-``k`` classes per row (1.0: the same k classes), for ``[batch, classes]`` outputs
+    with more than ``k`` classes."""
+    import numpy as np
+
+    if ref.ndim != 2 or ref.shape[1] <= k or ref.shape[0] == 0:
+        return None
+    top_r = np.argpartition(-ref, k - 1, axis=1)[:, :k]
+    top_g = np.argpartition(-got, k - 1, axis=1)[:, :k]
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(top_r.tolist(), top_g.tolist())]))
+
+
 def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -> dict:
     """Metrics for one output pair; ``passed`` uses numpy.allclose semantics with NaNs compared too."""
     import numpy as np
@@ -75,6 +87,9 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
     top1 = top1_agreement(r, g)
     if top1 is not None:
         metrics["top1_agreement"] = top1
+    top5 = topk_agreement(r, g, 5)
+    if top5 is not None:
+        metrics["top5_agreement"] = top5
     return {**res, **metrics, "passed": out_of_tol == 0}
 
 
@@ -87,7 +102,7 @@ def merge(worst: dict | None, new: dict) -> dict:
                 "nonfinite_reference", "nonfinite_output"):
         if key in new:
             out[key] = max(out.get(key, 0), new[key])
-    for key in ("cosine", "top1_agreement"):
+    for key in ("cosine", "top1_agreement", "top5_agreement"):
         if key in new:
             out[key] = min(out.get(key, 1.0), new[key])
     if "error_histogram" in new:

@@ -38,6 +38,10 @@ class UnavailableError(OnnxBridgeError):
     exit_code = 3
 
 
+class HopSkipped(OnnxBridgeError):
+    """A backend's artifact cannot run here (no GPU, no simulator): its hop is reported as skipped, never passed."""
+
+
 class ValidationFailed(OnnxBridgeError):
     """Converted outputs differ from the reference beyond tolerance."""
 

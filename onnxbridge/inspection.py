@@ -70,26 +70,69 @@ def summarize(path: str | Path) -> dict:
     }
 
 
-def render(info: dict, console) -> None:
+def _shape(s) -> str:
+    return "?" if s is None else "[" + ", ".join("?" if d is None else str(d) for d in s) + "]"
+
+
+def _io_table(info: dict):
     from rich.table import Table
 
-    def shape(s):
-        return "?" if s is None else "[" + ", ".join("?" if d is None else str(d) for d in s) + "]"
+    io = Table("", "name", "dtype", "shape", title="inputs / outputs", title_justify="left")
+    for kind in ("inputs", "outputs"):
+        for v in info.get(kind, []):
+            io.add_row(kind[:-1], v["name"], str(v["dtype"]), _shape(v["shape"]))
+    return io
 
+
+def _ops_table(ops: dict):
+    from rich.table import Table
+
+    table = Table("op", "count", title="ops", title_justify="left")
+    for op, n in ops.items():
+        table.add_row(op, str(n))
+    return table
+
+
+def render(info: dict, console) -> None:
+    """An ``inspect`` result for the terminal: ONNX summaries, or any backend's artifact facts."""
+    if "format" in info and info["format"] != "onnx":
+        return render_artifact(info, console)
     opsets = ", ".join(f"{k} {v}" for k, v in info["opsets"].items())
     console.print(f"[bold]{info['path']}[/]  IR {info['ir_version']}, opset {opsets}, producer {info['producer']}")
     console.print(f"{info['nodes']} nodes, {info['parameters']:,} parameters ({info['parameter_bytes']:,} bytes)")
-    io = Table("", "name", "dtype", "shape", title="inputs / outputs", title_justify="left")
-    for kind in ("inputs", "outputs"):
-        for v in info[kind]:
-            io.add_row(kind[:-1], v["name"], str(v["dtype"]), shape(v["shape"]))
-    console.print(io)
-    ops = Table("op", "count", title="ops", title_justify="left")
-    for op, n in info["ops"].items():
-        ops.add_row(op, str(n))
-    console.print(ops)
+    console.print(_io_table(info))
+    console.print(_ops_table(info["ops"]))
     for e in info["external_data"]:
         state = f"{e['bytes']:,} bytes" if e["exists"] else "[red]missing[/]"
         console.print(f"external data: {e['location']} ({state})")
     for k, v in info["metadata"].items():
         console.print(f"[dim]{k}: {v}[/]")
+
+
+def render_artifact(info: dict, console) -> None:
+    """A backend artifact's facts: scalars as lines, I/O and ops as tables, other lists of rows as tables."""
+    from rich.table import Table
+
+    console.print(f"[bold]{info['path']}[/]  {info['format']}")
+    for key, value in info.items():
+        if key not in ("path", "format") and isinstance(value, (str, int, float, bool)):
+            console.print(f"{key.replace('_', ' ')}: {value}")
+    console.print(_io_table(info))
+    if isinstance(info.get("ops"), dict):
+        console.print(_ops_table(info["ops"]))
+    for key, rows in info.items():
+        if key in ("inputs", "outputs") or not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
+            continue
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        table = Table(*columns, title=key.replace("_", " "), title_justify="left")
+        for row in rows:
+            table.add_row(*(_cell(row.get(c)) for c in columns))
+        console.print(table)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)) and all(isinstance(d, (int, type(None))) for d in value):
+        return _shape(value)
+    return str(value)

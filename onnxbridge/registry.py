@@ -19,6 +19,7 @@ class Plugin:
     requires: tuple[str, ...] = ()
     extra: str | None = None
     description: str = ""
+    any_of: tuple[str, ...] = ()  # needs at least one of these (e.g. tensorrt or tensorrt-rtx)
 
 
 def dist_version(dist: str) -> str | None:
@@ -48,7 +49,11 @@ class Registry:
 
     def missing(self, name: str) -> list[str]:
         """Distributions the plugin needs that are not installed (metadata only, no import)."""
-        return [d for d in self.plugin(name).requires if dist_version(d) is None]
+        plugin = self.plugin(name)
+        missing = [d for d in plugin.requires if dist_version(d) is None]
+        if plugin.any_of and all(dist_version(d) is None for d in plugin.any_of):
+            missing.append(" or ".join(plugin.any_of))
+        return missing
 
     def load(self, name: str) -> ModuleType:
         """Import the plugin module; raise UnavailableError with the install hint if it can't work."""
@@ -70,7 +75,7 @@ class Registry:
         """Availability of one plugin, without importing heavy frameworks."""
         plugin = self.plugin(name)
         missing = self.missing(name)
-        versions = {d: dist_version(d) for d in plugin.requires}
+        versions = {d: dist_version(d) for d in (*plugin.requires, *plugin.any_of)}
         ok = not missing and importlib.util.find_spec(plugin.module) is not None
         reason = None
         if missing:

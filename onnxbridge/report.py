@@ -9,7 +9,9 @@ from typing import Iterable
 from onnxbridge._version import __version__
 from onnxbridge.registry import dist_version
 
-SCHEMA_VERSION = "1.2"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol
+SCHEMA_VERSION = "1.3"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
+# 1.3: hops compared with the source too (vs_source), introduced_by, skipped hops with skipped_reason, check
+# --targets (targets), backend artifacts without opset/ir_version
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
 
 
@@ -44,13 +46,24 @@ def new_report(command: str, *, source: dict, frameworks: Iterable[str] = ()) ->
 def finish(report: dict, *, validated: bool) -> dict:
     """Set ``status``: failed if any hop failed, passed if all passed, skipped if nothing was compared."""
     hops = report["hops"]
-    if any(h["status"] == "failed" for h in hops):
+    failed = sorted((h for h in hops if h["status"] == "failed"), key=lambda h: _chain_position(h, hops))
+    if failed:  # the first failing hop along the chain introduced the difference; later ones carried it
         report["status"] = "failed"
+        report["introduced_by"] = f"{failed[0]['from']} -> {failed[0]['to']}"
     elif validated and hops and all(h["status"] == "passed" for h in hops):
         report["status"] = "passed"
     else:
         report["status"] = "skipped"
     return report
+
+
+def _chain_position(hop: dict, hops: list[dict]) -> int:
+    """Where a hop's comparison sits along source -> exported ONNX -> adapted ONNX -> backend. The first hop
+    spans source -> adapted ONNX, so the adapters' own hop (``onnx@N -> onnx@M``) lies inside it and comes first:
+    both failing puts the difference on the adapters, the first alone on the exporter."""
+    if hop["from"].startswith("onnx@"):
+        return 0
+    return 1 if hop is hops[0] else 2
 
 
 def failure_summary(report: dict) -> str:
@@ -102,6 +115,13 @@ def render(report: dict, console) -> None:
                 table.add_row(o["name"], "x".join(map(str, o["shape"])), "-", "-", "-",
                               f"{o.get('mismatch_fraction', 1):.2%}", "-", mark if "error" not in o else o["error"])
         console.print(table)
+        drift = hop.get("vs_source")
+        if drift:
+            worst = max((o.get("max_abs", 0.0) for o in drift["outputs"]), default=0.0)
+            state = "within tolerance" if drift["passed"] else "[red]outside tolerance[/]"
+            console.print(f"[dim]against the source framework:[/] {state} (max abs {worst:.2e})")
+        if hop["status"] == "skipped":
+            console.print(f"[yellow]skipped:[/] {hop.get('skipped_reason', 'not run')}")
         lat = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in hop["latency_s"].items() if v is not None)
         if lat:
             console.print(f"[dim]latency: {lat} ({hop.get('latency_method', 'mean of the validation runs')})[/]")

@@ -114,20 +114,32 @@ def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> lis
 
 
 def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict, count: int = 1,
-         seed: int = 0, latency_runs: int = 0) -> tuple[dict, list[Sample]]:
+         seed: int = 0, latency_runs: int = 0) -> tuple[dict, list[Sample], Any]:
+    """The first hop, source -> ONNX; also the samples every later hop uses and the source's outputs on them
+    (computed once, shared by every hop)."""
     from onnxbridge import runtime
-    from onnxbridge.validation import validate_hop
 
     sess = runtime.session(model_path)
-    onnx_inputs = runtime.input_specs(sess)
-    samples = _samples(src, samples_from, onnx_inputs, count, seed)
-    report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
-    hop = validate_hop(src.frontend, "onnx", src.run, lambda feeds: runtime.run(sess, feeds), samples,
-                       runtime.output_names(sess), tol, latency_runs)
-    hop["errors"] += _check_dynamic(src, onnx_inputs)
+    hop, samples, source = _source_hop(src, "onnx", lambda feeds: runtime.run(sess, feeds), runtime.input_specs(sess),
+                                       runtime.output_names(sess), samples_from, tol, report, count, seed,
+                                       latency_runs)
+    hop["errors"] += _check_dynamic(src, runtime.input_specs(sess))
     if hop["errors"]:
         hop["status"], hop["passed"] = "failed", False
-    return hop, samples
+    return hop, samples, source
+
+
+def _source_hop(src: "SourceModel", to: str, candidate, inputs: Sequence[TensorSpec], output_names: Sequence[str],
+                samples_from: Any, tol, report: dict, count: int = 1, seed: int = 0,
+                latency_runs: int = 0) -> tuple[dict, list[Sample], Any]:
+    """Source framework -> ``candidate`` (any runner whose inputs are ``inputs``) on the validation samples."""
+    from onnxbridge.validation import SourceOutputs, validate_hop
+
+    samples = _samples(src, samples_from, inputs, count, seed)
+    report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
+    source = SourceOutputs(src.run)
+    hop = validate_hop(src.frontend, to, source, candidate, samples, output_names, tol, latency_runs)
+    return hop, samples, source
 
 
 def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scratch: Path,
@@ -146,17 +158,38 @@ def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scrat
     return path, have
 
 
-def _backend_hop(name: str, backend, onnx_path: Path, artifact: Path, samples: list[Sample], tol) -> dict:
-    """The backend's hop: onnxruntime on the ONNX model it was built from against the backend's runner."""
+BACKEND_OPTIONS = ("shapes", "workspace", "timing_cache", "calibration", "flavour")  # see each backend's OPTIONS
+
+
+def _backend_options(to: str, backend, options: dict) -> dict:
+    """The backend options given (None/empty dropped), refused where ``backend`` does not take them."""
+    given = {k: options.pop(k) for k in BACKEND_OPTIONS if k in options}
+    given = {k: v for k, v in given.items() if v is not None and v != () and v != []}
+    foreign = [k for k in given if backend is None or k not in getattr(backend, "OPTIONS", ())]
+    if foreign:
+        flags = ", ".join("--" + k.replace("_", "-") for k in foreign)
+        raise BadInputError(f"{flags} does not apply to --to {to}")
+    return given
+
+
+def _backend_hop(name: str, backend, onnx_path: Path, artifact: Path, samples: list[Sample], tol,
+                 built_runner=None, source=None) -> dict:
+    """The backend's hop: onnxruntime on the ONNX model it was built from against the backend's runner (or the
+    one its build returned). A backend that cannot run here gives a skipped hop that says why."""
     from onnxbridge import runtime
-    from onnxbridge.validation import validate_hop
+    from onnxbridge.errors import HopSkipped
+    from onnxbridge.validation import skipped_hop, validate_hop
 
     sess = runtime.session(onnx_path)
-    return validate_hop("onnx", name, lambda feeds: runtime.run(sess, feeds), backend.runner(artifact), samples,
-                        runtime.output_names(sess), tol)
+    try:
+        candidate = built_runner or backend.runner(artifact, onnx_path=onnx_path)
+    except HopSkipped as exc:
+        return skipped_hop("onnx", name, samples, tol, exc.one_line())
+    return validate_hop("onnx", name, lambda feeds: runtime.run(sess, feeds), candidate, samples,
+                        runtime.output_names(sess), tol, source=source)
 
 
-def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol) -> dict:
+def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol, source=None) -> dict:
     """The adapters' hop: the exporter's ONNX model against the adapted one, on the same samples."""
     from onnxbridge import runtime
     from onnxbridge.adapters import default_opset
@@ -167,7 +200,7 @@ def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol)
     ref, got = runtime.session(path), runtime.session(after)
     return validate_hop(f"onnx@{have}", f"onnx@{default_opset(load_onnx(after))}",
                         lambda feeds: runtime.run(ref, feeds), lambda feeds: runtime.run(got, feeds), samples,
-                        runtime.output_names(got), tol)
+                        runtime.output_names(got), tol, source=source)
 
 
 def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output: str | Path | None = None,
@@ -183,8 +216,10 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     ``"file.py:factory"`` / ``"pkg.mod:factory"`` returning ``model`` or ``(model, sample_inputs)``.
     Returns a ConversionResult whose ``report`` says whether the numbers held (it never raises for a
     numeric mismatch; call ``raise_for_status()`` for that). With ``output=None`` the model is returned
-    in memory as ``.model``. ``to="coreml"`` builds a ``.mlpackage`` from the ONNX model (``target``: the
-    deployment target, e.g. "iOS16") and validates it as a hop of its own. ``precision="fp16"`` writes an
+    in memory as ``.model``. ``to="coreml"`` (``.mlpackage``), ``"dlc"`` or ``"tensorrt"`` (``.engine``) builds
+    that backend's artifact from the ONNX model (``target``: a deployment target, e.g. "iOS16") and validates it
+    as a hop of its own. Backend options go in ``options`` too: ``shapes`` (TensorRT ``NAME:MIN/OPT/MAX``),
+    ``workspace`` (MB), ``timing_cache``, ``calibration`` (.npz for int8) and ``flavour``. ``precision="fp16"`` writes an
     fp16 model (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances.
     Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw`` (TensorFlow).
     """
@@ -195,6 +230,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
 
     t0 = time.perf_counter()
     backend = BACKENDS.load(to) if to != "onnx" else None  # built from the written ONNX model below
+    backend_options = _backend_options(to, backend, options)
+    calibration = backend_options.pop("calibration", None)
     if backend is not None and output is None:
         raise BadInputError(f"--to {to} needs an output path ({', '.join(backend.SUFFIXES)})")
     if backend is not None and not str(output).endswith(tuple(backend.SUFFIXES)):
@@ -255,24 +292,35 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
             timings["write_s"] = time.perf_counter() - t
         rep["artifact"] = _artifact(dest, "onnx", model, files)
         del model
+        built_runner = None
         if backend is not None:
+            from onnxbridge.backends import BuildContext
+
+            context = BuildContext(sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
+                                   dynamic=list(src.dynamic), input_shapes={s.name: tuple(s.shape) for s in (
+                                       parse_input_shape(x) if isinstance(x, str) else x for x in input_shapes)},
+                                   calibration=load_npz(calibration) if calibration is not None else None,
+                                   workdir=scratch, progress=steps)
             with steps.step(f"Building the {to} model"):
                 t = time.perf_counter()
-                facts = backend.build(dest, out_path, target=target or "iOS16", precision=precision)
+                facts = backend.build(dest, out_path, target=target, precision=precision, context=context,
+                                      **backend_options)
                 rep["warnings"] += facts.pop("warnings", [])
+                built_runner = facts.pop("runner", None)
                 rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to,
-                                   "bytes": sum(f.stat().st_size for f in out_path.rglob("*") if f.is_file()),
+                                   "bytes": out_path.stat().st_size if out_path.is_file() else
+                                   sum(f.stat().st_size for f in out_path.rglob("*") if f.is_file()),
                                    "backend": facts}
                 timings["backend_s"] = time.perf_counter() - t
         if validate:
             with steps.step("Validating against the source framework"):
                 t = time.perf_counter()
-                hop, used = _hop(src, dest, inputs, tol, rep, samples, seed, latency_runs)
+                hop, used, source = _hop(src, dest, inputs, tol, rep, samples, seed, latency_runs)
                 rep["hops"].append(hop)
                 if before is not None:  # attribute a difference to the exporter or to the opset adapters
-                    rep["hops"].append(_onnx_hop(before, dest, used, tol))
+                    rep["hops"].append(_onnx_hop(before, dest, used, tol, source))
                 if backend is not None:
-                    rep["hops"].append(_backend_hop(to, backend, dest, out_path, used, tol))
+                    rep["hops"].append(_backend_hop(to, backend, dest, out_path, used, tol, built_runner, source))
                 timings["validate_s"] = time.perf_counter() - t
         in_memory = load_onnx(dest, load_external_data=True) if out_path is None else None
     timings["total_s"] = time.perf_counter() - t0
@@ -281,6 +329,31 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     if report is not None:
         write_json(report, rep)
     return ConversionResult(out_path, in_memory, rep)
+
+
+def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs: Any, tol, rep: dict, count: int,
+                  seed: int, latency_runs: int) -> dict:
+    """Source -> a saved backend artifact, run by the backend's own runner (skipped where it cannot run)."""
+    from onnxbridge.backends import module_of
+    from onnxbridge.errors import HopSkipped
+    from onnxbridge.validation import skipped_hop
+
+    backend = module_of(kind)
+    info = backend.inspect(path)
+    rep["artifact"] = {"path": str(path), "format": kind,
+                       "bytes": path.stat().st_size if path.is_file() else
+                       sum(f.stat().st_size for f in path.rglob("*") if f.is_file()),
+                       "external_data": [], "backend": {k: v for k, v in info.items() if k not in ("path", "format")}}
+    specs = [TensorSpec(i["name"], tuple(i["shape"] or ()), None) for i in info["inputs"]]
+    onnx_path = Path(source) if isinstance(source, (str, Path)) and str(source).endswith(".onnx") else None
+    try:
+        candidate = backend.runner(path, onnx_path=onnx_path)
+    except HopSkipped as exc:
+        samples = _samples(src, inputs, specs, count, seed)
+        rep["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
+        return skipped_hop(src.frontend, kind, samples, tol, exc.one_line())
+    return _source_hop(src, kind, candidate, specs, [o["name"] for o in info["outputs"]], inputs, tol, rep, count,
+                       seed, latency_runs)[0]
 
 
 def _write_blocked(path: str | Path, rep: dict, model: "onnx.ModelProto", opset: int, error: str) -> None:
@@ -302,19 +375,55 @@ def check_opset(model: "str | Path | onnx.ModelProto", opset: int, *, report: st
     from onnxbridge.fileio import load_onnx
 
     proto = load_onnx(model) if isinstance(model, (str, Path)) else model
+    rep = reports.new_report("check", source=_onnx_source_info(model, proto))
+    rep["blockers"] = check(proto, opset)
+    rep["status"] = "blocked" if rep["blockers"] else "passed"
+    if report is not None:
+        write_json(report, rep)
+    return rep
+
+
+def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | None = None,
+                  input_shapes: Sequence[str | TensorSpec] = (), report: str | Path | None = None) -> dict:
+    """Every blocker that stops ``model`` (ONNX) from reaching each backend in ``targets`` (and ``opset`` when
+    given), found without converting: a report with command ``check``, status ``passed`` or ``blocked``, the
+    ``blockers`` (each prefixed with its target) and ``targets`` (per backend: available, reason, blockers)."""
+    from onnxbridge.backends import BACKENDS, BuildContext, module_of
+
+    rep = check_opset(model, opset, report=None) if opset is not None else \
+        reports.new_report("check", source=_onnx_source_info(model))
+    rep.setdefault("blockers", [])
+    rep["blockers"] = [f"onnx@{opset}: {b}" for b in rep["blockers"]]
+    specs = [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes]
+    context = BuildContext(input_shapes={s.name: tuple(s.shape) for s in specs})
+    rep["targets"] = {}
+    for target in targets:
+        status = BACKENDS.status(target)  # also refuses an unknown name
+        if target == "onnx":
+            found = []
+        else:
+            found = module_of(target).check(Path(model), context)
+        rep["targets"][target] = {"available": status["available"], "reason": status["reason"], "blockers": found}
+        rep["blockers"] += [f"{target}: {b}" for b in found]
+    rep["status"] = "blocked" if rep["blockers"] else "passed"
+    if report is not None:
+        write_json(report, rep)
+    return rep
+
+
+def _onnx_source_info(model: "str | Path | onnx.ModelProto", proto: "onnx.ModelProto | None" = None) -> dict:
+    """The report's ``source`` for an ONNX model (``proto``: the model at path ``model``, when already loaded)."""
+    from onnxbridge.fileio import load_onnx
+
+    proto = proto or (load_onnx(model) if isinstance(model, (str, Path)) else model)
     inits = {t.name for t in proto.graph.initializer}
     inputs = [TensorSpec(i.name, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                                        for d in i.type.tensor_type.shape.dim), None).as_dict()
               for i in proto.graph.input if i.name not in inits]
     path = str(model) if isinstance(model, (str, Path)) else None
     name = Path(path).name if path else proto.graph.name
-    rep = reports.new_report("check", source={"frontend": "onnx", "framework": "onnx", "kind": "ONNX", "path": path,
-                                              "description": f"ONNX model {name}", "inputs": inputs, "dynamic": []})
-    rep["blockers"] = check(proto, opset)
-    rep["status"] = "blocked" if rep["blockers"] else "passed"
-    if report is not None:
-        write_json(report, rep)
-    return rep
+    return {"frontend": "onnx", "framework": "onnx", "kind": "ONNX", "path": path,
+            "description": f"ONNX model {name}", "inputs": inputs, "dynamic": []}
 
 
 def _artifact(path: Path, target: str, model: "onnx.ModelProto | None" = None,
@@ -336,8 +445,10 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
              trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
              latency_runs: int = 0, seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
              progress: bool = False, **options: Any) -> dict:
-    """Compare a converted ONNX model with its source on the same inputs; returns the report.
+    """Compare a converted model with its source on the same inputs; returns the report.
 
+    ``converted``: an ONNX model (path or proto) or a backend's artifact (.mlpackage, .dlc, .engine), run by
+    that backend's runner; a backend that cannot run here gives a skipped hop, never a passed one.
     ``inputs``: a .npz path, a directory of .npy files or a name -> array mapping; by default the
     source's sample inputs (or seeded random ones from its input specs). Symbolic axes of the
     converted model are also checked at a second size.
@@ -356,9 +467,16 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
         path = Path(converted) if isinstance(converted, (str, Path)) else scratch / "converted.onnx"
         if not isinstance(converted, (str, Path)):
             path.write_bytes(converted.SerializeToString())
-        rep["artifact"] = _artifact(path, "onnx")
+        from onnxbridge.backends import for_file
+
+        kind = for_file(path) if isinstance(converted, (str, Path)) else "onnx"
         with steps.step("Validating"):
-            rep["hops"].append(_hop(src, path, inputs, tol, rep, samples, seed, latency_runs)[0])
+            if kind in (None, "onnx"):
+                rep["artifact"] = _artifact(path, "onnx")
+                rep["hops"].append(_hop(src, path, inputs, tol, rep, samples, seed, latency_runs)[0])
+            else:
+                rep["hops"].append(_artifact_hop(src, kind, path, source, inputs, tol, rep, samples, seed,
+                                                 latency_runs))
     rep["timings"] = {"total_s": round(time.perf_counter() - t0, 4)}
     reports.finish(rep, validated=True)
     if report is not None:

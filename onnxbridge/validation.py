@@ -88,18 +88,44 @@ def median_latency(run: Runner, feeds: Mapping[str, Any], runs: int) -> float:
     return statistics.median(times)
 
 
+class SourceOutputs:
+    """The source framework's outputs, computed once per sample and shared by every hop (a sample it cannot
+    run raises the same error each time it is asked)."""
+
+    def __init__(self, run: Runner):
+        self.run = run
+        self._cache: dict[int, Any] = {}
+
+    def __call__(self, feeds: Mapping[str, Any]) -> list:
+        key = id(feeds)
+        if key not in self._cache:
+            try:
+                self._cache[key] = (self.run(feeds), None)
+            except Exception as exc:  # noqa: BLE001 - re-raised for every hop that asks
+                self._cache[key] = (None, exc)
+        outputs, error = self._cache[key]
+        if error is not None:
+            raise error
+        return outputs
+
+
 def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, samples: Sequence[Sample],
-                 output_names: Sequence[str], tol: Tolerance, latency_runs: int = 0) -> dict:
+                 output_names: Sequence[str], tol: Tolerance, latency_runs: int = 0,
+                 source: Runner | None = None) -> dict:
     """Compare ``candidate`` with ``reference`` on every sample; the hop record for the report.
 
     A sample the reference cannot run (e.g. a grown dynamic axis the source model does not accept)
-    is skipped with a note; a sample only the candidate cannot run fails the hop.
+    is skipped with a note; a sample only the candidate cannot run fails the hop. With ``source`` (the
+    source framework's outputs, for a hop after the first) the candidate is also compared with the source:
+    ``vs_source`` says how far the chain has drifted by this hop, so the report can tell which hop
+    introduced a difference (the first whose own comparison fails) from the ones that carried it.
     """
     unknown = [n for n, _, _ in tol.per_output if n not in output_names]
     if unknown:
         raise BadInputError(f"tolerance given for unknown output(s) {', '.join(map(repr, unknown))}; "
                             f"the outputs are {', '.join(map(repr, output_names))}")
     outputs: dict[str, dict] = {}
+    vs_source: dict[str, dict] = {}
     notes: list[str] = []
     errors: list[str] = []
     ran = 0
@@ -131,6 +157,14 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
             atol, rtol = tol.for_output(name)
             outputs[name] = merge(outputs.get(name), {**compare(r, g, atol=atol, rtol=rtol), "atol": atol,
                                                       "rtol": rtol})
+        if source is not None:
+            try:
+                first = source(sample.feeds)
+            except Exception:  # noqa: BLE001 - the source does not run at this sample's shapes
+                continue
+            for name, r, g in zip(names, first, got):
+                atol, rtol = tol.for_output(name)
+                vs_source[name] = merge(vs_source.get(name), compare(r, g, atol=atol, rtol=rtol))
 
     passed = not errors and ran > 0 and all(o["passed"] for o in outputs.values())
     if latency_runs > 0 and ran > 0 and not errors:  # same inputs for both sides: the first sample
@@ -140,7 +174,7 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
     else:
         latency = {src: t_ref / ran if ran else None, dst: t_cand / ran if ran else None}
         method = "mean of the validation runs"
-    return {
+    record = {
         "from": src, "to": dst, "status": "passed" if passed else "failed", "passed": passed,
         "samples": ran, "sample_shapes": [s.shapes() for s in samples],
         "tolerance": tol.as_dict(),
@@ -149,3 +183,19 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
         "latency_s": latency,
         "latency_method": method,
     }
+    if source is not None and vs_source:
+        record["vs_source"] = {"passed": all(o["passed"] for o in vs_source.values()),
+                               "outputs": [{"name": k, **{m: v[m] for m in VS_SOURCE_KEYS if m in v}}
+                                           for k, v in vs_source.items()]}
+    return record
+
+
+VS_SOURCE_KEYS = ("passed", "shape", "max_abs", "max_rel", "cosine", "mismatch_fraction", "required_atol",
+                  "top1_agreement", "top5_agreement", "error")
+
+
+def skipped_hop(src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, reason: str) -> dict:
+    """The record of a hop that could not run here (no GPU, no simulator): status skipped, never passed."""
+    return {"from": src, "to": dst, "status": "skipped", "passed": False, "samples": 0,
+            "sample_shapes": [s.shapes() for s in samples], "tolerance": tol.as_dict(), "outputs": [],
+            "errors": [], "notes": [f"skipped: {reason}"], "skipped_reason": reason, "latency_s": {}}

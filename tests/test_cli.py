@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.conftest import ROOT, assert_one_line_error, check_report
+from tests.conftest import EXAMPLES, ROOT, assert_one_line_error, check_report
 
 FACTORY = str(ROOT / "examples" / "models.py")
 
@@ -152,3 +152,30 @@ def test_bad_input_in_a_real_process_has_no_traceback(tmp_path):
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr and out.stderr.startswith("error:")
     usage = subprocess.run([str(exe), "convert"], capture_output=True, text=True)
     assert usage.returncode == 2 and "Traceback" not in usage.stderr
+
+
+def test_backend_options_are_refused_where_they_do_not_apply(cli, tmp_path):
+    res = cli("convert", f"{EXAMPLES}:cnn", "-o", tmp_path / "m.onnx", "--workspace", "64")
+    assert_one_line_error(res, 2, "--workspace does not apply to --to onnx")
+
+
+def test_check_targets_lists_blockers_per_target(cli, tmp_path):
+    """`check --targets` names every blocking node per backend, prefixed with the target, and exits 2; a clean
+    model exits 0; an unknown target is a one-line error."""
+    pytest.importorskip("coremltools")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                               helper.make_node("Det", ["r"], ["y"], name="the_det")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    bad = tmp_path / "det.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), bad)
+    res = cli("check", bad, "--targets", "coreml", "--report", tmp_path / "r.json")
+    assert res.exit_code == 2, res.output
+    assert "coreml: node 'the_det' (Det)" in res.stdout
+    rep = check_report(tmp_path / "r.json")
+    assert rep["status"] == "blocked" and rep["targets"]["coreml"]["blockers"]
+    good = tmp_path / "cnn.onnx"
+    assert cli("convert", f"{EXAMPLES}:cnn", "-o", good, "--opset", "17").exit_code == 0
+    res = cli("check", good, "--targets", "coreml", "--opset", "13")
+    assert res.exit_code == 0, res.output
+    assert_one_line_error(cli("check", good, "--targets", "nope"), 2, "unknown backend 'nope'")

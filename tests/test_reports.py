@@ -146,6 +146,7 @@ def test_the_adapters_hop_is_reported_apart(models, monkeypatch, tmp_path):
     rep = onnxbridge.convert(model, sample, output=tmp_path / "a.onnx", opset=13, exporter="dynamo").report
     assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("torch", "onnx", "passed"),
                                                                       ("onnx@18", "onnx@13", "passed")]
+    assert rep["hops"][1]["vs_source"]["passed"] and "introduced_by" not in rep
     real = adapters.adapt
 
     def broken(m, opset):  # an adapter bug: the output comes out scaled by 1.1
@@ -165,6 +166,10 @@ def test_the_adapters_hop_is_reported_apart(models, monkeypatch, tmp_path):
     check_report(tmp_path / "b.json")
     assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("torch", "onnx", "failed"),
                                                                       ("onnx@18", "onnx@13", "failed")]
+    # the adapted model is also compared with torch's own outputs (computed once), and the adapters are named
+    assert not rep["hops"][1]["vs_source"]["passed"] and rep["introduced_by"] == "onnx@18 -> onnx@13"
+    assert rep["hops"][1]["vs_source"]["outputs"][0]["max_abs"] == pytest.approx(
+        rep["hops"][0]["outputs"][0]["max_abs"], rel=1e-3)
     from onnxbridge.renderers import render
 
     html = render(rep, "html")
@@ -240,3 +245,67 @@ def test_fp16_keeps_fp32_where_the_schema_wants_it():
     types = {t.name: t.data_type for t in half.graph.initializer}
     assert types == {"scales": TensorProto.FLOAT, "big": TensorProto.FLOAT16}
     assert numpy_helper.to_array(half.graph.initializer[1]) == np.float16(65504)
+
+
+def test_a_later_hop_is_compared_with_the_source_too():
+    """Reference outputs are computed once per sample and shared: the source runs once per sample however many hops
+    follow, and each later hop's vs_source says how far the chain has drifted."""
+    from onnxbridge.specs import Sample
+    from onnxbridge.validation import SourceOutputs, Tolerance, validate_hop
+
+    calls = []
+
+    def source(feeds):
+        calls.append(1)
+        return [feeds["x"] * 2]
+
+    memo = SourceOutputs(source)
+    samples = [Sample({"x": np.ones((2, 3), np.float32)}), Sample({"x": np.zeros((1, 3), np.float32)})]
+    tol = Tolerance.for_precision("fp32")
+    first = validate_hop("src", "a", memo, lambda f: [f["x"] * 2], samples, ["y"], tol)
+    second = validate_hop("a", "b", lambda f: [f["x"] * 2], lambda f: [f["x"] * 2 + 1e-3], samples, ["y"], tol,
+                          source=memo)
+    assert len(calls) == 2 and first["passed"] and "vs_source" not in first
+    assert not second["passed"] and not second["vs_source"]["passed"]
+    assert second["vs_source"]["outputs"][0]["max_abs"] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_topk_agreement_for_many_classes():
+    from onnxbridge.compare import compare
+
+    ref = np.arange(20, dtype=np.float32).reshape(2, 10)
+    got = ref.copy()
+    got[0, 0] = 100.0  # row 0: class 0 enters the top 5 (and becomes the top 1), pushing class 5 out
+    metrics = compare(ref, got, atol=1e-4, rtol=1e-3)
+    assert metrics["top1_agreement"] == 0.5 and metrics["top5_agreement"] == pytest.approx(0.9)
+
+
+def test_validate_against_a_saved_backend_artifact_and_a_skipped_hop(cli, monkeypatch, tmp_path):
+    """`validate SOURCE ARTIFACT` runs a saved backend artifact with its backend's runner; one that cannot run on
+    this host gives a skipped hop and a skipped report (exit 0), never passed, and --fail-on warning fails it."""
+    pytest.importorskip("coremltools")
+    import onnxbridge.backends.coreml as coreml
+    from onnxbridge.errors import HopSkipped
+
+    good, package = tmp_path / "m.onnx", tmp_path / "m.mlpackage"
+    assert onnxbridge.convert(FACTORY, output=good, opset=17).passed
+    assert onnxbridge.convert(good, output=package, to="coreml").passed
+    res = cli("validate", good, package, "--report", tmp_path / "ok.json", "--markdown", tmp_path / "ok.md")
+    assert res.exit_code == 0, res.output
+    rep = check_report(tmp_path / "ok.json")
+    assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("onnx", "coreml", "passed")]
+    assert rep["artifact"]["format"] == "coreml" and "opset" not in rep["artifact"]
+    assert "(coreml, " in (tmp_path / "ok.md").read_text()
+
+    def cannot(path, *, onnx_path=None):
+        raise HopSkipped("no CUDA device")
+
+    monkeypatch.setattr(coreml, "runner", cannot)
+    res = cli("validate", good, package, "--report", tmp_path / "skip.json", "--markdown", tmp_path / "skip.md")
+    assert res.exit_code == 0, res.output
+    rep = check_report(tmp_path / "skip.json")
+    hop = rep["hops"][0]
+    assert rep["status"] == "skipped" and (hop["status"], hop["passed"]) == ("skipped", False)
+    assert hop["skipped_reason"] == "no CUDA device" and "skipped: no CUDA device" in (tmp_path / "skip.md").read_text()
+    res = cli("validate", good, package, "--fail-on", "warning")
+    assert_one_line_error(res, 1, "no CUDA device")

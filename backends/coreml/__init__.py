@@ -6,15 +6,24 @@ from pathlib import Path
 
 NAME = "coreml"
 SUFFIXES = (".mlpackage",)
+OPTIONS = ()
 
 
-def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: str = "fp32") -> dict:
+def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None) -> dict:
     from onnxbridge.backends.coreml.package import build as build_package
 
-    return build_package(onnx_path, output, target=target, precision=precision)
+    return build_package(onnx_path, output, target=target or "iOS16", precision=precision)
 
 
-def runner(path: Path):
+def check(onnx_path: Path, context=None) -> list[str]:
+    """Every node the Core ML lowering cannot take, without converting."""
+    from onnxbridge.backends.coreml.package import blockers
+    from onnxbridge.fileio import load_onnx
+
+    return blockers(load_onnx(onnx_path))
+
+
+def runner(path: Path, *, onnx_path: Path | None = None):
     from onnxbridge.backends.coreml.package import Runner
 
     return Runner(path)

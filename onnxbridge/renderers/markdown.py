@@ -15,11 +15,14 @@ def render(report: dict) -> str:
     lines = [f"### onnxbridge {report['tool']['command']}: {MARK.get(report['status'], '')} {report['status']}", ""]
     lines.append(f"**Source:** {src.get('description') or src.get('kind')} ({src.get('framework')})  ")
     if art:
-        lines.append(f"**Artifact:** `{art['path']}` ({art['format']}, opset {art['opset']}, {art['bytes']:,} bytes)  ")
+        opset = f", opset {art['opset']}" if "opset" in art else ""
+        lines.append(f"**Artifact:** `{art['path']}` ({art['format']}{opset}, {art['bytes']:,} bytes)  ")
     if report["hops"]:
         runs = [" → ".join([run[0]["from"], *(f"{h['to']} {MARK[h['status']]}" for h in run)])
                 for run in chains(report["hops"])]
-        lines.append(f"**Hops:** {'; '.join(runs)}")
+        lines.append(f"**Hops:** {'; '.join(runs)}  ")
+    if report.get("introduced_by"):
+        lines.append(f"**Difference introduced by:** {report['introduced_by']}")
     lines.append("")
     if report["hops"]:
         lines += ["| hop | output | shape | max abs | max rel | cosine | out of tol | needs atol | top-1 | |",
@@ -35,6 +38,12 @@ def render(report: dict) -> str:
                 "✅" if out["passed"] else "❌ " + out.get("error", "")]) + " |")
         for hop in report["hops"]:
             lines += [f"- ❌ {hop['from']} → {hop['to']}: {e}" for e in hop["errors"]]
+            if hop["status"] == "skipped":
+                lines.append(f"- ⏭️ {hop['from']} → {hop['to']}: skipped: {hop.get('skipped_reason', 'not run')}")
+            drift = hop.get("vs_source")
+            if drift and not drift["passed"]:
+                worst = max((o.get("max_abs", 0.0) for o in drift["outputs"]), default=0.0)
+                lines.append(f"- {hop['to']} against the source: outside tolerance (max abs {worst:.3g})")
     if report.get("blockers"):
         lines += ["", "**Blockers:**", *(f"- {b}" for b in report["blockers"])]
     if report["notes"]:
