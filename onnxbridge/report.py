@@ -46,6 +46,13 @@ def new_report(command: str, *, source: dict, frameworks: Iterable[str] = ()) ->
 def finish(report: dict, *, validated: bool) -> dict:
     """Set ``status``: failed if any hop failed, passed if all passed, skipped if nothing was compared."""
     hops = report["hops"]
+    latency: dict[str, float] = {}  # one figure per runtime along the chain (source, onnxruntime, backend)
+    for hop in hops:
+        for runtime, seconds in hop["latency_s"].items():
+            if seconds is not None:
+                latency.setdefault(runtime, seconds)
+    if latency:
+        report["latency_s"] = latency
     failed = sorted((h for h in hops if h["status"] == "failed"), key=lambda h: _chain_position(h, hops))
     if failed:  # the first failing hop along the chain introduced the difference; later ones carried it
         report["status"] = "failed"

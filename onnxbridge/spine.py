@@ -173,7 +173,7 @@ def _backend_options(to: str, backend, options: dict) -> dict:
 
 
 def _backend_hop(name: str, backend, onnx_path: Path, artifact: Path, samples: list[Sample], tol,
-                 built_runner=None, source=None) -> dict:
+                 built_runner=None, source=None, latency_runs: int = 0) -> dict:
     """The backend's hop: onnxruntime on the ONNX model it was built from against the backend's runner (or the
     one its build returned). A backend that cannot run here gives a skipped hop that says why."""
     from onnxbridge import runtime
@@ -186,7 +186,7 @@ def _backend_hop(name: str, backend, onnx_path: Path, artifact: Path, samples: l
     except HopSkipped as exc:
         return skipped_hop("onnx", name, samples, tol, exc.one_line())
     return validate_hop("onnx", name, lambda feeds: runtime.run(sess, feeds), candidate, samples,
-                        runtime.output_names(sess), tol, source=source)
+                        runtime.output_names(sess), tol, latency_runs, source=source)
 
 
 def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol, source=None) -> dict:
@@ -320,7 +320,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                 if before is not None:  # attribute a difference to the exporter or to the opset adapters
                     rep["hops"].append(_onnx_hop(before, dest, used, tol, source))
                 if backend is not None:
-                    rep["hops"].append(_backend_hop(to, backend, dest, out_path, used, tol, built_runner, source))
+                    rep["hops"].append(_backend_hop(to, backend, dest, out_path, used, tol, built_runner, source,
+                                                    latency_runs))
                 timings["validate_s"] = time.perf_counter() - t
         in_memory = load_onnx(dest, load_external_data=True) if out_path is None else None
     timings["total_s"] = time.perf_counter() - t0

@@ -301,8 +301,12 @@ def test_validate_against_a_saved_backend_artifact_and_a_skipped_hop(cli, monkey
         raise HopSkipped("no CUDA device")
 
     monkeypatch.setattr(coreml, "runner", cannot)
-    res = cli("validate", good, package, "--report", tmp_path / "skip.json", "--markdown", tmp_path / "skip.md")
+    res = cli("validate", good, package, "--report", tmp_path / "skip.json", "--markdown", tmp_path / "skip.md",
+              "--junit", tmp_path / "skip.xml", "--html", tmp_path / "skip.html")
     assert res.exit_code == 0, res.output
+    suite = ET.parse(tmp_path / "skip.xml").getroot()[0]
+    assert suite.get("skipped") == "1" and suite.find("testcase/skipped").get("message") == "no CUDA device"
+    assert "skipped: no CUDA device" in (tmp_path / "skip.html").read_text()
     rep = check_report(tmp_path / "skip.json")
     hop = rep["hops"][0]
     assert rep["status"] == "skipped" and (hop["status"], hop["passed"]) == ("skipped", False)

@@ -86,8 +86,11 @@ def render(report: dict) -> str:
             f'<span style="background:{COLOURS.get(status, "#555")}">{escape(status)}</span></h1>']
     rows = [("source", escape(f"{src.get('description') or ''} ({src.get('framework')}, {src.get('kind')})"))]
     if art:
-        rows.append(("artifact", f"<code>{escape(art['path'])}</code> ({escape(art['format'])}, opset {art['opset']}, "
+        opset = f", opset {art['opset']}" if "opset" in art else ""
+        rows.append(("artifact", f"<code>{escape(art['path'])}</code> ({escape(art['format'])}{opset}, "
                                  f"{art['bytes']:,} bytes)"))
+    if report.get("introduced_by"):
+        rows.append(("difference introduced by", f'<b class="fail">{escape(report["introduced_by"])}</b>'))
     if report.get("inputs"):
         rows.append(("inputs", escape(f"{report['inputs']['origin']}; shapes {report['inputs']['samples']}")))
     env = report["environment"]
@@ -101,6 +104,11 @@ def render(report: dict) -> str:
                     f'<p>{hop["samples"]} sample(s); {escape(tol["precision"])} tolerance atol {tol["atol"]:g}, '
                     f'rtol {tol["rtol"]:g}</p>')
         body += [f'<p class="fail">error: {escape(e)}</p>' for e in hop["errors"]]
+        drift = hop.get("vs_source")
+        if drift:
+            worst = max((o.get("max_abs", 0.0) for o in drift["outputs"]), default=0.0)
+            state = "within tolerance" if drift["passed"] else '<b class="fail">outside tolerance</b>'
+            body.append(f"<p>against the source framework: {state} (max abs {worst:.3g})</p>")
         for out in hop["outputs"]:
             mark = "ok" if out["passed"] else '<b class="fail">FAIL</b>'
             body.append(f'<div class="out" id="output-{escape(out["name"])}"><h3><code>{escape(out["name"])}</code> '

@@ -15,9 +15,14 @@ def render(report: dict) -> str:
         cases += [(f"hop check {i}", err, err) for i, err in enumerate(hop["errors"], 1)]
         failures = sum(1 for _, failure, _ in cases if failure)
         total = sum(v or 0.0 for v in hop["latency_s"].values()) * hop["samples"]
-        suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(cases)), failures=str(failures),
-                              errors="0", skipped="0", time=f"{total:.6f}")
+        skipped = hop["status"] == "skipped"
+        suite = ET.SubElement(root, "testsuite", name=name, tests=str(len(cases) or int(skipped)),
+                              failures=str(failures), errors="0", skipped=str(int(skipped)), time=f"{total:.6f}")
         ET.SubElement(ET.SubElement(suite, "properties"), "property", name="source", value=source)
+        if skipped:  # a hop that could not run here (no GPU): a skipped test case, never a passed one
+            case = ET.SubElement(suite, "testcase", classname=f"onnxbridge.{hop['from']}_to_{hop['to']}",
+                                 name="run", time="0")
+            ET.SubElement(case, "skipped", message=hop.get("skipped_reason", "not run"))
         for case_name, failure, detail in cases:
             case = ET.SubElement(suite, "testcase", classname=f"onnxbridge.{hop['from']}_to_{hop['to']}",
                                  name=case_name, time="0")

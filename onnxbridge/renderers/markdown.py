@@ -21,6 +21,9 @@ def render(report: dict) -> str:
         runs = [" → ".join([run[0]["from"], *(f"{h['to']} {MARK[h['status']]}" for h in run)])
                 for run in chains(report["hops"])]
         lines.append(f"**Hops:** {'; '.join(runs)}  ")
+    if report.get("latency_s"):
+        lines.append("**Latency:** " + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in report["latency_s"].items())
+                     + "  ")
     if report.get("introduced_by"):
         lines.append(f"**Difference introduced by:** {report['introduced_by']}")
     lines.append("")
