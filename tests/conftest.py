@@ -64,6 +64,20 @@ def cli(monkeypatch):
     return run
 
 
+@pytest.fixture(autouse=True)
+def every_written_report_matches_the_schema(monkeypatch):
+    """Every report a test makes onnxbridge write (--report, report=) is checked against the JSON Schema."""
+    import onnxbridge.spine as spine
+
+    real = spine.write_json
+
+    def checked(path, data):
+        check_report(data)
+        return real(path, data)
+
+    monkeypatch.setattr(spine, "write_json", checked)
+
+
 def check_report(report) -> dict:
     """Validate a report (dict or JSON path) against the published JSON Schema."""
     import jsonschema
