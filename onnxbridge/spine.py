@@ -308,8 +308,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                 rep["warnings"] += facts.pop("warnings", [])
                 built_runner = facts.pop("runner", None)
                 rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to,
-                                   "bytes": out_path.stat().st_size if out_path.is_file() else
-                                   sum(f.stat().st_size for f in out_path.rglob("*") if f.is_file()),
+                                   "bytes": _size(out_path),
                                    "backend": facts}
                 timings["backend_s"] = time.perf_counter() - t
         if validate:
@@ -342,8 +341,7 @@ def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs
     backend = module_of(kind)
     info = backend.inspect(path)
     rep["artifact"] = {"path": str(path), "format": kind,
-                       "bytes": path.stat().st_size if path.is_file() else
-                       sum(f.stat().st_size for f in path.rglob("*") if f.is_file()),
+                       "bytes": _size(path),
                        "external_data": [], "backend": {k: v for k, v in info.items() if k not in ("path", "format")}}
     specs = [TensorSpec(i["name"], tuple(i["shape"] or ()), None) for i in info["inputs"]]
     onnx_path = Path(source) if isinstance(source, (str, Path)) and str(source).endswith(".onnx") else None
@@ -355,6 +353,11 @@ def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs
         return skipped_hop(src.frontend, kind, samples, tol, exc.one_line())
     return _source_hop(src, kind, candidate, specs, [o["name"] for o in info["outputs"]], inputs, tol, rep, count,
                        seed, latency_runs)[0]
+
+
+def _size(path: Path) -> int:
+    """Bytes of a file, or of every file under a folder (an .mlpackage)."""
+    return path.stat().st_size if path.is_file() else sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 def _write_blocked(path: str | Path, rep: dict, model: "onnx.ModelProto", opset: int, error: str) -> None:
