@@ -108,7 +108,8 @@ def render(report: dict, console) -> None:
     for hop in report["hops"]:
         tol = hop["tolerance"]
         table = Table(title=f"{hop['from']} -> {hop['to']}: {hop['status']} "
-                            f"({hop['samples']} sample(s), atol {tol['atol']:g}, rtol {tol['rtol']:g})",
+                            f"({hop['samples']} sample(s), atol {tol['atol']:g}, rtol {tol['rtol']:g}"
+                            + (f"; {tol['reason']}" if tol.get("reason") else "") + ")",
                       title_justify="left")
         for col in ("output", "shape", "max abs", "max rel", "cosine", "out of tol", "needs atol", ""):
             table.add_column(col, justify="right" if col not in ("output", "") else "left")

@@ -65,3 +65,18 @@ def run(sess: "onnxruntime.InferenceSession", feeds: Mapping[str, "np.ndarray"])
     matched = match_feeds(names, feeds)
     out = sess.run(None, {n: np.ascontiguousarray(v) for n, v in matched.items()})
     return [np.asarray(o) for o in out]
+
+
+def fold_constants(src: Path, dest: Path, *, external_data: bool = False) -> None:
+    """Write ``src`` with onnxruntime's basic graph optimizations applied (constant folding, redundant-node
+    removal, Conv+BN/Add/Mul fusion) to ``dest``: plain ONNX, not tied to a provider (``external_data``: weights
+    beside it in DEST.data, for models over 2 GB). Raises onnxruntime's error when it cannot load the model."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(dest)
+    so.log_severity_level = 3
+    if external_data:
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{Path(dest).name}.data")
+    ort.InferenceSession(str(src), sess_options=so, providers=["CPUExecutionProvider"])

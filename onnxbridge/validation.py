@@ -20,6 +20,7 @@ class Tolerance:
     rtol: float
     precision: str = "fp32"
     per_output: tuple[tuple[str, float | None, float | None], ...] = ()
+    reason: str | None = None  # why this hop's default differs from the precision's (the backend computes lower)
 
     @classmethod
     def for_precision(cls, precision: str = "fp32", atol: Any = None, rtol: Any = None) -> "Tolerance":
@@ -42,6 +43,8 @@ class Tolerance:
 
     def as_dict(self) -> dict:
         out: dict = {"precision": self.precision, "atol": self.atol, "rtol": self.rtol}
+        if self.reason:
+            out["reason"] = self.reason
         if self.per_output:
             out["per_output"] = {n: {k: v for k, v in (("atol", a), ("rtol", r)) if v is not None}
                                  for n, a, r in self.per_output}
@@ -109,6 +112,30 @@ class SourceOutputs:
         return outputs
 
 
+def fit_runner(candidate: Runner, tol: Tolerance, samples: Sequence[Sample]) -> tuple[Tolerance, list, list[str]]:
+    """What a candidate says of itself: ``compute_precision`` (e.g. the HTP simulator's fp16) holds it to that
+    precision's default tolerance when the hop's is the default of a stricter one (user-given tolerances stand);
+    ``static_shapes`` (a DLC) gives it only the samples at those input shapes (a note says so; the tolerance's
+    ``reason`` says why it was raised)."""
+    notes = []
+    lower = getattr(candidate, "compute_precision", None)
+    if lower in TOLERANCES and (tol.atol, tol.rtol) == TOLERANCES.get(tol.precision):
+        a, r = TOLERANCES[lower]
+        if a > tol.atol or r > tol.rtol:
+            tol = Tolerance(max(a, tol.atol), max(r, tol.rtol), tol.precision, tol.per_output,
+                            f"held to the {lower} tolerance: this backend computes in {lower}")
+    static = getattr(candidate, "static_shapes", None)
+    samples = list(samples)
+    if static:
+        fit = [s for s in samples if all(list(s.feeds[k].shape) == list(v) for k, v in static.items()
+                                         if k in s.feeds)]
+        if fit and len(fit) < len(samples):
+            notes.append(f"{len(samples) - len(fit)} sample(s) at other input shapes left out: the artifact takes "
+                         f"only {static}")
+            samples = fit
+    return tol, samples, notes
+
+
 def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, samples: Sequence[Sample],
                  output_names: Sequence[str], tol: Tolerance, latency_runs: int = 0,
                  source: Runner | None = None) -> dict:
@@ -120,13 +147,14 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
     ``vs_source`` says how far the chain has drifted by this hop, so the report can tell which hop
     introduced a difference (the first whose own comparison fails) from the ones that carried it.
     """
+    tol, samples, fitted = fit_runner(candidate, tol, samples)
     unknown = [n for n, _, _ in tol.per_output if n not in output_names]
     if unknown:
         raise BadInputError(f"tolerance given for unknown output(s) {', '.join(map(repr, unknown))}; "
                             f"the outputs are {', '.join(map(repr, output_names))}")
     outputs: dict[str, dict] = {}
     vs_source: dict[str, dict] = {}
-    notes: list[str] = []
+    notes: list[str] = list(fitted)
     errors: list[str] = []
     ran = 0
     t_ref = t_cand = 0.0

@@ -70,20 +70,13 @@ def prepare(onnx_path: Path, workdir: Path, flavour: "Flavour", precision: str,
 
 def fold_constants(model: "onnx.ModelProto", workdir: Path) -> tuple["onnx.ModelProto", dict]:
     """``model`` with constant subgraphs folded by onnxruntime (basic level); returns it and node counts."""
-    import onnxruntime as ort
-
     from onnxbridge.fileio import EXTERNAL_DATA_THRESHOLD, load_onnx, save_onnx
+    from onnxbridge.runtime import fold_constants as fold
 
     src, dst = workdir / "trt-prefold.onnx", workdir / "trt-folded.onnx"
     save_onnx(model, src)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    opts.optimized_model_filepath = str(dst)
-    opts.log_severity_level = 3
-    if model.ByteSize() > EXTERNAL_DATA_THRESHOLD:
-        opts.add_session_config_entry("session.optimized_model_external_initializers_file_name", "trt-folded.onnx.data")
     try:
-        ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
+        fold(src, dst, external_data=model.ByteSize() > EXTERNAL_DATA_THRESHOLD)
         folded = load_onnx(dst, load_external_data=True)
     except Exception as exc:  # a model onnxruntime cannot load is left as it is; TensorRT may still parse it
         return model, {"applied": False, "reason": " ".join(str(exc).split())[:200]}

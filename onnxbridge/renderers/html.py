@@ -102,7 +102,7 @@ def render(report: dict) -> str:
         body.append(f'<h2>{escape(hop["from"])} → {escape(hop["to"])}: '
                     f'<span style="color:{COLOURS[hop["status"]]}">{hop["status"]}</span></h2>'
                     f'<p>{hop["samples"]} sample(s); {escape(tol["precision"])} tolerance atol {tol["atol"]:g}, '
-                    f'rtol {tol["rtol"]:g}</p>')
+                    f'rtol {tol["rtol"]:g}{"; " + escape(tol["reason"]) if tol.get("reason") else ""}</p>')
         body += [f'<p class="fail">error: {escape(e)}</p>' for e in hop["errors"]]
         drift = hop.get("vs_source")
         if drift:

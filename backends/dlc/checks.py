@@ -1,0 +1,32 @@
+"""``onnxbridge check --targets dlc``: what stops an ONNX model from becoming one DLC, found before converting."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from onnxbridge.backends.dlc.prepare import op_blockers, opset_blockers, shape_blockers
+from onnxbridge.errors import OnnxBridgeError, UnavailableError
+
+
+def blockers(onnx_path: Path, input_shapes: dict) -> list[str]:
+    """Dynamic dims left, opset steps the adapters cannot take, ops without a QNN builder; when none and
+    onnxruntime-qnn is installed, also a trial dump in a scratch folder for partitions."""
+    from onnxbridge.fileio import load_onnx
+
+    model = load_onnx(onnx_path)
+    shapes = {k: list(v) for k, v in input_shapes.items()}
+    found = shape_blockers(model, shapes) + opset_blockers(model) + op_blockers(model, folded=False)
+    if found:
+        return found
+    from onnxbridge.backends.dlc.convert import dump_one_graph
+    from onnxbridge.backends.dlc.prepare import prepare
+
+    with tempfile.TemporaryDirectory(prefix="onnxbridge-dlc-check-") as tmp:
+        try:
+            prepared = prepare(onnx_path, Path(tmp), shapes)
+            dump_one_graph(prepared.path, Path(tmp) / "dump")
+        except UnavailableError:
+            pass  # no onnxruntime-qnn: the static checks above are all we can say
+        except OnnxBridgeError as exc:
+            found.append(exc.one_line())
+    return found

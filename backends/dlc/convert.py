@@ -1,0 +1,284 @@
+"""The DLC build: prepare the ONNX model, make it fp16 or QDQ int8, serialize it (QAIRT SDK tools, or
+onnxruntime-qnn's QnnIr backend), check the file with our reader, move it into place, and set up the HTP-simulator
+runner for the dlc hop."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from onnxbridge.backends.dlc import container
+from onnxbridge.backends.dlc.prepare import Prepared, graph_inputs, prepare
+from onnxbridge.errors import BadInputError, HopSkipped, UnavailableError, UnsupportedError
+
+FLAVOURS = ("qairt", "qnn-ir")
+PRECISIONS = ("fp32", "fp16", "int8")
+_SKIPPED: dict[str, str] = {}  # built DLC -> why its HTP check cannot run (read back by ``runner``)
+
+
+def _flavour(flavour: str | None):
+    from onnxbridge.backends.dlc import sdk
+
+    if flavour not in (None, *FLAVOURS):
+        raise BadInputError(f"--flavour {flavour} does not apply to --to dlc; use qairt or qnn-ir")
+    found = sdk.find() if flavour != "qnn-ir" else None
+    if flavour == "qairt" and found is None:
+        raise UnavailableError("--flavour qairt needs the QAIRT SDK: qairt-converter or snpe-onnx-to-dlc on PATH, "
+                               f"or under $QAIRT_SDK_ROOT/$SNPE_ROOT/{sdk.HOST_BIN}",
+                               hint="install the SDK from Qualcomm, or use --flavour qnn-ir (onnxruntime-qnn)")
+    return found
+
+
+def _place(dlc: Path, output: Path) -> None:
+    """Copy ``dlc`` to ``output`` atomically (a temp name in the same folder, then os.replace)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(dlc, tmp)
+        os.replace(tmp, output)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _sanitized(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def io_mismatches(dlc: container.Dlc, model_path: Path) -> tuple[list[str], dict[str, str]]:
+    """How the DLC's inputs and outputs differ from the ONNX model's (names, static shapes), and the ones the
+    QNN EP renamed (matched by position among the unmatched, at the same shape: a QDQ output behind a layout
+    Transpose becomes ``QuantizeLinear_token_N_out0``)."""
+    import onnx
+
+    model = onnx.load(model_path, load_external_data=False)
+    graph_io = {"input": graph_inputs(model), "output": list(model.graph.output)}
+    problems, renamed = [], {}
+    for kind, values in graph_io.items():
+        want = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
+        have = {t.name: t.shape for g in dlc.graphs for t in g.io(kind)}
+        by_name = {n: n if n in have else _sanitized(n) for n in want if n in have or _sanitized(n) in have}
+        spare = [n for n in have if n not in by_name.values()]
+        for name, shape in want.items():
+            got_name = by_name.get(name)
+            if got_name is None and spare and (not shape or not all(shape) or have[spare[0]] == shape):
+                got_name = renamed[name] = spare.pop(0)
+            if got_name is None:
+                problems.append(f"ONNX {kind} '{name}' {shape} is not a DLC {kind} "
+                                f"(DLC {kind}s: {', '.join(f'{k} {v}' for k, v in have.items()) or 'none'})")
+            elif shape and all(shape) and have[got_name] != shape:
+                problems.append(f"{kind} '{name}' is {have[got_name]} in the DLC, {shape} in the ONNX model")
+        if spare:
+            problems.append(f"DLC {kind}(s) {', '.join(spare)} are not ONNX {kind}s")
+    return problems, renamed
+
+
+def fell_out(dlcs: list[container.Dlc], model_path: Path) -> list[str]:
+    """ONNX nodes no DLC holds: neither the node nor its outputs are produced in a DLC (by name, allowing the
+    suffixes the QNN EP adds; Q/DQ nodes become tensor encodings and are not listed)."""
+    import onnx
+
+    names = [n.name for d in dlcs for g in d.graphs for n in g.nodes]
+    names += [o for d in dlcs for g in d.graphs for n in g.nodes for o in n.outputs]  # produced, not fed in
+    held = set(names)
+
+    def kept(prefix: str) -> bool:
+        return prefix in held or any(n.startswith(prefix + "_") for n in names)
+
+    model = onnx.load(model_path, load_external_data=False)
+    out = []
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        if not (kept(node.name) or any(kept(o) or kept(_sanitized(o)) for o in node.output if o)):
+            out.append(f"'{node.name}' ({node.op_type})")
+    return out
+
+
+def dump_one_graph(model_path: Path, folder: Path) -> tuple[Path, container.Dlc]:
+    """The one DLC onnxruntime-qnn writes for the whole graph; UnsupportedError naming what fell out otherwise."""
+    from onnxbridge.backends.dlc import qnn
+
+    paths = qnn.dump_dlc(model_path, folder)
+    dlcs = [container.read(p) for p in paths]
+    if not dlcs:
+        raise UnsupportedError("the QNN execution provider took no node of the model, so no DLC was written; "
+                               f"nodes: {', '.join(fell_out([], model_path))}",
+                               hint="a DLC needs ops the QNN HTP backend takes, at these dtypes and attributes")
+    mismatch = io_mismatches(dlcs[0], model_path)[0] if len(dlcs) == 1 else []
+    if len(dlcs) > 1 or mismatch:
+        out = fell_out(dlcs, model_path)
+        where = f"the graph split into {len(dlcs)} QNN partitions" if len(dlcs) > 1 else \
+            f"the QNN graph is not the whole model ({mismatch[0]})"
+        raise UnsupportedError(f"{where}; node(s) that fell out to the CPU: {', '.join(out) or 'not identified'}",
+                               hint="replace or remove those nodes (a DLC holds one whole graph)")
+    return paths[0], dlcs[0]
+
+
+def _sdk_build(found, prepared: Prepared, model_path: Path, folder: Path, precision: str,
+               calibration: list | None) -> tuple[Path, list[str]]:
+    from onnxbridge.backends.dlc import sdk
+
+    float_dlc = folder / "sdk_float.dlc"
+    args = sdk.converter_args(found, model_path, float_dlc, prepared.input_shapes,
+                              "fp16" if precision == "fp16" else "fp32")
+    sdk.run(args, float_dlc)
+    commands = [" ".join(Path(a).name if i == 0 else a for i, a in enumerate(args))]
+    if precision != "int8":
+        return float_dlc, commands
+    listing = sdk.write_input_list(calibration, folder / "calibration")
+    quant_dlc = folder / "sdk_int8.dlc"
+    qargs = sdk.quantizer_args(found, float_dlc, listing, quant_dlc)
+    sdk.run(qargs, quant_dlc)
+    return quant_dlc, commands + [" ".join(Path(a).name if i == 0 else a for i, a in enumerate(qargs))]
+
+
+def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
+          calibration: dict | None = None, flavour: str | None = None) -> dict:
+    """Write ``output`` (.dlc) from ``onnx_path``; the facts for the report, with the dlc hop's ``runner``."""
+    output = Path(output)
+    calibration = calibration if calibration is not None else getattr(context, "calibration", None)
+    if isinstance(calibration, (str, Path)):
+        from onnxbridge.specs import load_npz
+
+        calibration = load_npz(calibration)
+    if target is not None:
+        raise BadInputError("--target does not apply to --to dlc (a DLC is built for QNN/SNPE runtimes in general)")
+    if precision not in PRECISIONS:
+        raise BadInputError(f"--precision {precision} does not apply to --to dlc; use {', '.join(PRECISIONS)}")
+    if precision == "int8" and calibration is None:
+        raise BadInputError("--precision int8 needs calibration data",
+                            hint="give --calibration DATA.npz with arrays named after the inputs")
+    if precision != "int8" and calibration is not None:
+        raise BadInputError("--calibration applies to --precision int8 only")
+    found = _flavour(flavour)
+    if found is None:  # the QnnIr path needs onnxruntime-qnn: say so before any work
+        from onnxbridge.backends.dlc import qnn
+
+        qnn.qnn_module()
+    workdir = getattr(context, "workdir", None)
+    with tempfile.TemporaryDirectory(prefix="dlc-", dir=workdir) as tmp:  # sessions keep their models in memory
+        return _build(Path(onnx_path), output, Path(tmp), precision, calibration, found, context)
+
+
+def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibration: dict | None, found,
+           context) -> dict:
+    from onnxbridge.backends.dlc import qnn
+    from onnxbridge.backends.dlc.quantize import batches, qdq
+
+    shapes = dict(getattr(context, "input_shapes", None) or {})
+    # the SDK's converter has its own op coverage: only the QnnIr path is held to the QNN EP's op table
+    prepared = prepare(onnx_path, folder, {k: list(v) for k, v in shapes.items()}, check_ops=found is None)
+    notes = list(prepared.notes)
+    model_path = prepared.path
+    feeds = batches(calibration, prepared.input_shapes) if precision == "int8" else None
+    if precision == "fp16":
+        import onnx
+
+        from onnxbridge.precision import to_fp16
+
+        model_path = folder / "prepared_fp16.onnx"
+        onnx.save(to_fp16(onnx.load(prepared.path)), model_path)
+        notes.append("fp16: weights and compute in fp16, inputs and outputs fp32 (Casts at the edges)")
+    elif precision == "int8":
+        model_path = folder / "prepared_qdq.onnx"
+        notes += qdq(prepared.path, model_path, feeds)
+
+    commands: list[str] = []
+    if found is not None:
+        dlc_path, commands = _sdk_build(found, prepared, prepared.path, folder, precision, feeds)
+        dlc = container.read(dlc_path)
+    else:
+        dlc_path, dlc = dump_one_graph(model_path, folder / "dump")
+    mismatch, renamed = io_mismatches(dlc, prepared.path)
+    problems = container.problems(dlc) + mismatch
+    if problems:
+        raise UnsupportedError(f"the DLC written by {dlc.converter.get('tool') or 'the converter'} fails our "
+                               f"reader's checks: {'; '.join(problems)}")
+    _place(dlc_path, output)
+
+    key = str(output.resolve())
+    _SKIPPED.pop(key, None)
+    runner = None
+    try:
+        runner = qnn.HtpRunner(model_path)
+    except (HopSkipped, UnavailableError) as exc:
+        _SKIPPED[key] = exc.one_line()
+    info = container.summary(container.read(output))
+    facts = {
+        "flavour": "sdk" if found is not None else "qnn-ir",
+        "converter_tool": info["converter_tool"], "converter_version": info["converter_version"],
+        "precision": precision, "prepared_opset": prepared.opset,
+        "input_shapes": prepared.input_shapes, "input_shapes_fixed": prepared.fixed,
+        "partitions": 1, "ops": info["ops"], "dtypes": info["dtypes"],
+        "quantized_tensors": info["quantized_tensors"], "dlc_version": info["dlc_version"],
+        "inputs": info["inputs"], "outputs": info["outputs"],
+        "htp_check": "the prepared model on onnxruntime-qnn's x86 HTP simulator (fp16 compute, CPU fallback "
+                     f"disabled, soc_model {qnn.SOC_MODEL}) vs onnxruntime CPU",
+        "htp_compute_precision": qnn.COMPUTE_PRECISION,
+        "notes": notes, "warnings": [],
+    }
+    if found is not None:
+        facts.update(sdk_converter=str(found.converter), sdk_root=found.root, sdk_commands=commands)
+        facts["warnings"].append("the dlc hop runs the prepared ONNX model on the HTP simulator, not the SDK's DLC")
+    if renamed:
+        facts["renamed"] = renamed
+        facts["warnings"].append("the QNN EP renamed DLC I/O: " + ", ".join(f"{k} -> {v}" for k, v in renamed.items()))
+    if runner is not None:
+        facts["runner"] = runner
+    else:
+        facts["htp_skipped"] = _SKIPPED[key]
+    return facts
+
+
+class _Rebuilt:
+    """The HTP runner of a saved DLC rebuilt from its ONNX model (kept with its scratch folder)."""
+
+    def __init__(self, runner, folder: tempfile.TemporaryDirectory):
+        self._runner, self._folder = runner, folder
+        self.compute_precision, self.static_shapes = runner.compute_precision, runner.static_shapes
+
+    def __call__(self, feeds):
+        return self._runner(feeds)
+
+
+def runner(path: Path, *, onnx_path: Path | None = None):
+    """The HTP-simulator check of a saved DLC: its ONNX model prepared at the DLC's input shapes (fp16 when the
+    DLC is), run on the simulator; HopSkipped where that cannot be rebuilt or run here."""
+    from onnxbridge.backends.dlc import qnn
+
+    path = Path(path)
+    reason = _SKIPPED.get(str(path.resolve()))
+    if reason:
+        raise HopSkipped(reason)
+    dlc = container.read(path)
+    if any(t.quantized for g in dlc.graphs for t in g.tensors.values()):
+        raise HopSkipped("a quantized DLC is checked on the HTP simulator when it is built (the check needs the "
+                         "QDQ model made from the calibration data); convert again with --calibration")
+    if onnx_path is None:
+        raise HopSkipped("a DLC runs only on Qualcomm runtimes; its HTP-simulator check needs the ONNX model it was "
+                         "made from")
+    folder = tempfile.TemporaryDirectory(prefix="onnxbridge-dlc-")
+    shapes = {t.name: t.shape for g in dlc.graphs for t in g.io("input")}
+    try:
+        prepared = prepare(Path(onnx_path), Path(folder.name), shapes)
+    except (BadInputError, UnsupportedError) as exc:
+        folder.cleanup()
+        raise HopSkipped(f"the DLC's ONNX model cannot be prepared again: {exc.one_line()}") from None
+    model_path = prepared.path
+    if "float16" in {t.dtype for g in dlc.graphs for t in g.tensors.values()}:
+        import onnx
+
+        from onnxbridge.precision import to_fp16
+
+        model_path = Path(folder.name) / "prepared_fp16.onnx"
+        onnx.save(to_fp16(onnx.load(prepared.path)), model_path)
+    try:
+        return _Rebuilt(qnn.HtpRunner(model_path), folder)
+    except (HopSkipped, UnavailableError) as exc:
+        folder.cleanup()
+        raise HopSkipped(exc.one_line()) from None

@@ -1,0 +1,167 @@
+"""The ONNX model a DLC is made from: static input shapes, constants folded, default opset at most 22, and
+only ops onnxruntime's QNN execution provider can take."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from onnxbridge.errors import BadInputError, UnsupportedError
+
+if TYPE_CHECKING:
+    import onnx
+
+MAX_OPSET = 22  # the newest ONNX opset QAIRT's converters take ("supports upto ONNX Opset 22")
+# ONNX ops with an op builder in onnxruntime's QNN execution provider (onnxruntime/core/providers/qnn/builder/
+# op_builder_factory.cc); whether one node is taken also depends on its attributes and dtypes, which the
+# partition check after the dump catches.
+QNN_OPS = frozenset({
+    "Abs", "Add", "And", "ArgMax", "ArgMin", "Asin", "Atan", "AveragePool", "BatchNormalization", "Cast", "Ceil",
+    "Clip", "Concat", "Conv", "ConvTranspose", "Cos", "CumSum", "DepthToSpace", "DequantizeLinear", "Div", "Einsum",
+    "Elu", "Equal", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm",
+    "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "GridSample", "HardSigmoid", "HardSwish",
+    "InstanceNormalization", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax",
+    "LpNormalization", "LRN", "LSTM", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mod", "Mul", "Neg", "Not", "Or",
+    "Pad", "Pow", "PRelu", "QuantizeLinear", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
+    "ReduceProd", "ReduceSum", "Relu", "Reshape", "Resize", "RMSNormalization", "Round", "ScatterElements",
+    "ScatterND", "Sigmoid", "Sign", "Sin", "Slice", "Softmax", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub",
+    "Sum", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Unsqueeze", "Upsample", "Where",
+})
+# ops that constant folding or onnxruntime's basic graph optimizations remove when their inputs are known
+FOLDED_AWAY = frozenset({"Constant", "Identity", "Dropout", "Shape", "Size", "ConstantOfShape", "Range"})
+
+
+@dataclass
+class Prepared:
+    """The prepared model (``path``) and what preparing it did."""
+
+    path: Path
+    opset: int
+    input_shapes: dict[str, list[int]]
+    fixed: dict[str, list[int]] = field(default_factory=dict)  # inputs whose dims --input-shape fixed
+    notes: list[str] = field(default_factory=list)
+
+
+def _dims(value) -> list:
+    t = value.type.tensor_type
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
+
+
+def graph_inputs(model: "onnx.ModelProto") -> list:
+    inits = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def shape_blockers(model: "onnx.ModelProto", input_shapes: dict) -> list[str]:
+    """Inputs whose shapes stay dynamic, or that ``input_shapes`` names wrongly."""
+    inputs = {i.name: _dims(i) for i in graph_inputs(model)}
+    out = [f"--input-shape names '{n}', which is not an input (inputs: {', '.join(inputs)})"
+           for n in input_shapes if n not in inputs]
+    for name, dims in inputs.items():
+        given = input_shapes.get(name)
+        if given is not None:
+            if len(given) != len(dims):
+                out.append(f"--input-shape {name} has {len(given)} dims, the input has {len(dims)}")
+            elif any(not isinstance(g, int) or g <= 0 for g in given):
+                out.append(f"--input-shape {name}:{','.join(map(str, given))} is not static (positive ints)")
+            else:
+                clash = [i for i, (d, g) in enumerate(zip(dims, given)) if isinstance(d, int) and d > 0 and d != g]
+                if clash:
+                    out.append(f"--input-shape {name}:{','.join(map(str, given))} differs from the model's fixed "
+                               f"dims {dims} at axis {clash[0]}")
+        elif any(not isinstance(d, int) or d <= 0 for d in dims):
+            example = ",".join(str(d) if isinstance(d, int) and d > 0 else "N" for d in dims)
+            out.append(f"input '{name}' has dynamic dims {dims}: a DLC needs static shapes "
+                       f"(give --input-shape {name}:{example})")
+    return out
+
+
+def op_blockers(model: "onnx.ModelProto", *, folded: bool) -> list[str]:
+    """Nodes whose op onnxruntime's QNN EP has no builder for (before folding, ops folding removes are let be)."""
+    out = []
+    for i, node in enumerate(model.graph.node):
+        if node.domain not in ("", "ai.onnx"):
+            if not (node.domain == "com.microsoft" and node.op_type == "FusedMatMul"):
+                out.append(f"node '{node.name or f'#{i}'}' ({node.domain}::{node.op_type}) is a custom op the QNN "
+                           "execution provider cannot take")
+        elif node.op_type not in QNN_OPS and (folded or node.op_type not in FOLDED_AWAY):
+            out.append(f"node '{node.name or f'#{i}'}' ({node.op_type}) has no QNN op: the QNN execution provider "
+                       "cannot take it")
+    return out
+
+
+def opset_blockers(model: "onnx.ModelProto") -> list[str]:
+    from onnxbridge.adapters import check, default_opset
+
+    have = default_opset(model)
+    if have <= MAX_OPSET:
+        return []
+    return [f"opset {have} -> {MAX_OPSET}: {b}" for b in check(model, MAX_OPSET)]
+
+
+def _fix_shapes(model: "onnx.ModelProto", input_shapes: dict) -> dict[str, list[int]]:
+    fixed = {}
+    for value in graph_inputs(model):
+        given = input_shapes.get(value.name)
+        if given is None:
+            continue
+        if [int(g) for g in given] != _dims(value):
+            fixed[value.name] = [int(g) for g in given]
+        for dim, size in zip(value.type.tensor_type.shape.dim, given):
+            dim.Clear()
+            dim.dim_value = int(size)
+    if fixed:  # value_info may still name the old symbols; shape inference redoes it from the inputs
+        del model.graph.value_info[:]
+        for out in model.graph.output:
+            if out.type.tensor_type.HasField("shape"):
+                out.type.tensor_type.ClearField("shape")
+    return fixed
+
+
+def _fold(src: Path, dest: Path) -> None:
+    """Constant folding (``runtime.fold_constants``), a model onnxruntime cannot load being bad input here."""
+    from onnxbridge.runtime import fold_constants
+
+    try:
+        fold_constants(src, dest)
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:300]
+        raise BadInputError(f"onnxruntime cannot load the model at the static shapes: {text}") from None
+
+
+def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: bool = True) -> Prepared:
+    """Write the prepared model into ``folder``; raise with every blocker named when it cannot be
+    (``check_ops``: refuse ops the QNN execution provider has no builder for)."""
+    import onnx
+
+    from onnxbridge.adapters import adapt, default_opset
+    from onnxbridge.builder import name_nodes, set_ir_version
+    from onnxbridge.fileio import load_onnx
+
+    model = load_onnx(onnx_path, load_external_data=True)
+    problems = shape_blockers(model, input_shapes)
+    if problems:
+        raise BadInputError("; ".join(problems), hint="a DLC has static input shapes")
+    notes = []
+    fixed = _fix_shapes(model, input_shapes)
+    if fixed:
+        notes.append("input shapes fixed: " + ", ".join(f"{k}={v}" for k, v in fixed.items()))
+    have = default_opset(model)
+    if have > MAX_OPSET:
+        model = adapt(model, MAX_OPSET)  # raises UnsupportedError naming the first blocker
+        notes.append(f"opset {have} adapted to {MAX_OPSET} (QAIRT takes up to opset {MAX_OPSET})")
+    name_nodes(model.graph)
+    set_ir_version(model)
+    folder.mkdir(parents=True, exist_ok=True)
+    static = folder / "static.onnx"
+    onnx.save(model, static)
+    prepared = folder / "prepared.onnx"
+    _fold(static, prepared)
+    model = onnx.load(prepared)
+    name_nodes(model.graph)
+    blocked = op_blockers(model, folded=True) if check_ops else []
+    if blocked:
+        raise UnsupportedError("; ".join(blocked), hint="replace those ops, or cut the graph before them")
+    onnx.save(model, prepared)
+    shapes = {i.name: _dims(i) for i in graph_inputs(model)}
+    return Prepared(prepared, default_opset(model), shapes, fixed, notes)

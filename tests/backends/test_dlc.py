@@ -1,0 +1,359 @@
+"""DLC backend: torch models -> ONNX -> .dlc through onnxruntime-qnn's QnnIr serializer, read back with our own
+container reader, and checked on the x86 HTP simulator; int8 QDQ from calibration data; the errors; the QAIRT SDK
+path's command lines with a fake ``qairt-converter``; ``check --targets dlc`` and ``inspect``."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxbridge
+from onnxbridge.backends.dlc import container
+from tests.conftest import EXAMPLES, assert_one_line_error, check_report
+
+pytest.importorskip("onnxruntime_qnn")
+FACTORY = f"{EXAMPLES}:cnn"
+
+
+def _onnx(path: Path, nodes, x_shape, inits=(), out_shape=None) -> Path:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def _conv_relu(path: Path, batch="N") -> Path:
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    return _onnx(path, [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+                        helper.make_node("Relu", ["c"], ["y"], name="relu")], [batch, 3, 8, 8], [("w", w)])
+
+
+@pytest.fixture(scope="module")
+def cnn_dlc(models, tmp_path_factory):
+    """The example CNN as ONNX and its fp32 DLC (built once; the SDK tests copy it)."""
+    folder = tmp_path_factory.mktemp("cnn")
+    model, sample = models.cnn()
+    onnx_path = folder / "cnn.onnx"
+    onnxbridge.convert(model, sample, output=onnx_path, opset=17, validate=False)
+    rep = onnxbridge.convert(onnx_path, to="dlc", output=folder / "cnn.dlc", validate=False).report
+    return onnx_path, folder / "cnn.dlc", rep
+
+
+def _reader_checks(path: Path, onnx_model: onnx.ModelProto | None = None) -> dict:
+    """Our reader's verdict on a DLC, and its I/O against the ONNX model's."""
+    dlc = container.read(path)
+    assert container.problems(dlc) == []
+    assert dlc.identifiers == {"model": "NETD", "model.params": "NETP"} and dlc.version[0] == 4
+    assert {"model", "model.params", "model.params.bin"} <= set(dlc.entries)
+    assert dlc.converter["tool"] and dlc.converter["converterVersion"].startswith("2.")
+    info = container.summary(dlc)
+    if onnx_model is not None:
+        inits = {t.name for t in onnx_model.graph.initializer}
+        want_in = [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]) for i in onnx_model.graph.input
+                   if i.name not in inits]
+        assert [(i["name"], i["shape"]) for i in info["inputs"]] == want_in
+        assert [o["name"] for o in info["outputs"]] == [o.name for o in onnx_model.graph.output]
+    return info
+
+
+@pytest.mark.parametrize("name,precision", [("cnn", "fp32"), ("transformer", "fp32"), ("cnn", "fp16"),
+                                            ("transformer", "fp16")])
+def test_torch_models_to_dlc_pass_on_the_htp_simulator(models, tmp_path, name, precision):
+    model, sample = getattr(models, name)()
+    out = tmp_path / f"{name}.dlc"
+    rep = onnxbridge.convert(model, sample, to="dlc", output=out, opset=17, precision=precision,
+                             report=tmp_path / "r.json").report
+    check_report(tmp_path / "r.json")
+    assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("torch", "onnx", "passed"),
+                                                                      ("onnx", "dlc", "passed")], rep["hops"][-1]
+    hop = rep["hops"][-1]
+    assert hop["samples"] >= 1 and max(o["max_abs"] for o in hop["outputs"]) > 0  # fp16 compute is not exact
+    assert hop["tolerance"]["atol"] >= 1e-2  # the fp16 policy, also for an fp32 DLC (the HTP computes in fp16)
+    if precision == "fp32":
+        assert "fp16 tolerance" in hop["tolerance"]["reason"], hop["tolerance"]
+    facts = rep["artifact"]["backend"]
+    assert facts["flavour"] == "qnn-ir" and facts["partitions"] == 1 and facts["prepared_opset"] == 17
+    assert facts["converter_version"].startswith("2.") and facts["precision"] == precision
+    assert facts["input_shapes"] == {"x": list(sample[0].shape)}
+    assert ("float16" in facts["dtypes"]) == (precision == "fp16")
+    ref = model(*sample).detach().numpy()
+    info = _reader_checks(out)
+    assert [(i["name"], i["shape"], i["dtype"]) for i in info["inputs"]] == [("x", list(sample[0].shape), "float32")]
+    assert [(o["name"], o["shape"], o["dtype"]) for o in info["outputs"]] == [("output", list(ref.shape), "float32")]
+    assert info["ops"] == facts["ops"] and rep["artifact"]["bytes"] == out.stat().st_size
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_int8_qdq_dlc_has_quantized_tensors(models, tmp_path, cli):
+    model, sample = models.transformer()
+    cal = tmp_path / "cal.npz"
+    np.savez(cal, x=np.random.default_rng(1).standard_normal((8, *sample[0].shape)).astype(np.float32))
+    out = tmp_path / "t8.dlc"
+    rep = onnxbridge.convert(model, sample, to="dlc", output=out, opset=17, precision="int8", calibration=cal,
+                             report=tmp_path / "r.json").report
+    check_report(tmp_path / "r.json")
+    hop = rep["hops"][-1]
+    assert (hop["to"], hop["status"], hop["tolerance"]["precision"]) == ("dlc", "passed", "int8"), hop
+    assert any("8 batch(es)" in n for n in rep["artifact"]["backend"]["notes"])
+    info = _reader_checks(out)
+    assert info["quantized_tensors"] > 10 and info["dtypes"].get("ufixed8", 0) > 10
+    assert {i["storage"] for i in info["inputs"] + info["outputs"]} == {"uint8"}
+    assert all(0 < i["scale"] < 1 and i["bitwidth"] == 8 for i in info["inputs"])
+    assert {"FullyConnected", "LayerNorm", "Softmax"} <= set(info["ops"])
+    # a saved quantized DLC cannot be checked again without its calibration data: skipped, never passed
+    res = cli("validate", FACTORY, out, "--report", tmp_path / "v.json")
+    hop = check_report(tmp_path / "v.json")["hops"][-1]
+    assert res.exit_code == 0 and hop["status"] == "skipped" and "calibration" in hop["skipped_reason"]
+
+
+def test_calibration_is_checked(tmp_path):
+    src = _conv_relu(tmp_path / "m.onnx", batch=1)
+    np.savez(tmp_path / "bad.npz", x=np.zeros((4, 3, 5, 5), np.float32))
+    np.savez(tmp_path / "ok.npz", x=np.zeros((4, 3, 8, 8), np.float32))
+    with pytest.raises(onnxbridge.errors.BadInputError, match=r"--calibration 'x' has size 5 at axis 2; the model fixes 8"):
+        onnxbridge.convert(src, to="dlc", output=tmp_path / "a.dlc", precision="int8", calibration=tmp_path / "bad.npz")
+    with pytest.raises(onnxbridge.errors.BadInputError, match="needs calibration data"):
+        onnxbridge.convert(src, to="dlc", output=tmp_path / "b.dlc", precision="int8")
+    with pytest.raises(onnxbridge.errors.BadInputError, match="int8 only"):
+        onnxbridge.convert(src, to="dlc", output=tmp_path / "c.dlc", calibration=tmp_path / "ok.npz")
+    assert not list(tmp_path.glob("*.dlc"))
+
+
+def test_dynamic_input_needs_input_shape(cli, tmp_path):
+    src = _conv_relu(tmp_path / "dyn.onnx")
+    assert_one_line_error(cli("convert", src, "--to", "dlc", "-o", tmp_path / "a.dlc"), 2,
+                          "input 'x' has dynamic dims ['N', 3, 8, 8]", "--input-shape x:N,3,8,8")
+    out = tmp_path / "b.dlc"
+    res = cli("convert", src, "--to", "dlc", "-o", out, "--input-shape", "x:2,3,8,8", "--report", tmp_path / "r.json")
+    rep = check_report(tmp_path / "r.json")
+    assert res.exit_code == 0, (res.output, rep["hops"][-1])
+    assert rep["artifact"]["backend"]["input_shapes_fixed"] == {"x": [2, 3, 8, 8]}
+    # the DLC is static: the sample the spine grows along N is left out of the dlc hop, with a note
+    hop = rep["hops"][-1]
+    assert hop["status"] == "passed" and hop["samples"] == 1
+    assert any("other input shapes left out" in n for n in hop["notes"]), hop["notes"]
+    assert [i["shape"] for i in container.summary(container.read(out))["inputs"]] == [[2, 3, 8, 8]]
+
+
+def test_unsupported_op_is_refused_before_trying(cli, tmp_path):
+    src = _onnx(tmp_path / "hm.onnx", [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                                      helper.make_node("Hardmax", ["r"], ["y"], name="hm")], [2, 5])
+    assert_one_line_error(cli("convert", src, "--to", "dlc", "-o", tmp_path / "a.dlc"), 2,
+                          "node 'hm' (Hardmax)", "QNN execution provider cannot take it")
+    assert not list(tmp_path.glob("*.dlc"))
+
+
+def test_a_split_graph_names_the_nodes_that_fell_out(tmp_path, monkeypatch):
+    """An op our table lets through but the QNN EP does not take (Hardmax, pretended supported) splits the graph
+    into two partitions: the error names the node between them."""
+    from onnxbridge.backends.dlc import prepare
+
+    monkeypatch.setattr(prepare, "QNN_OPS", prepare.QNN_OPS | {"Hardmax"})
+    src = _onnx(tmp_path / "split.onnx", [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                                         helper.make_node("Hardmax", ["r"], ["h"], name="hm"),
+                                         helper.make_node("Sigmoid", ["h"], ["y"], name="sig")], [2, 5])
+    with pytest.raises(onnxbridge.errors.UnsupportedError, match=r"fell out to the CPU: 'hm' \(Hardmax\)$"):
+        onnxbridge.convert(src, to="dlc", output=tmp_path / "s.dlc")
+    assert not (tmp_path / "s.dlc").exists()
+
+
+def test_opset_above_what_qairt_takes_is_adapted(tmp_path, monkeypatch):
+    """QAIRT takes opset <= 22; pretend the limit is 13 so this onnx can show the adapters moving the model down."""
+    from onnxbridge.backends.dlc import prepare
+
+    monkeypatch.setattr(prepare, "MAX_OPSET", 13)
+    src = _conv_relu(tmp_path / "m.onnx", batch=1)
+    rep = onnxbridge.convert(src, to="dlc", output=tmp_path / "m.dlc").report
+    facts = rep["artifact"]["backend"]
+    assert facts["prepared_opset"] == 13 and any("opset 17 adapted to 13" in n for n in facts["notes"])
+    assert rep["hops"][-1]["status"] == "passed"
+
+
+def test_a_model_the_simulator_refuses_is_skipped_not_passed(tmp_path, monkeypatch):
+    from onnxbridge.backends.dlc import qnn
+    from onnxbridge.errors import HopSkipped
+
+    def refuse(model_path):
+        raise HopSkipped("the HTP simulator cannot run this model: (simulated refusal)")
+
+    monkeypatch.setattr(qnn, "HtpRunner", refuse)
+    src = _conv_relu(tmp_path / "m.onnx", batch=1)
+    rep = onnxbridge.convert(src, to="dlc", output=tmp_path / "m.dlc", report=tmp_path / "r.json").report
+    check_report(tmp_path / "r.json")
+    hop = rep["hops"][-1]
+    assert (hop["to"], hop["status"], hop["passed"]) == ("dlc", "skipped", False)
+    assert "simulated refusal" in hop["skipped_reason"] and rep["status"] != "passed"
+    assert "simulated refusal" in rep["artifact"]["backend"]["htp_skipped"]
+
+
+def test_missing_onnxruntime_qnn(cli, tmp_path, monkeypatch):
+    import onnxbridge.registry as registry
+    from onnxbridge.backends import BACKENDS
+
+    src = _conv_relu(tmp_path / "m.onnx", batch=1)
+    # the distribution is not installed: the registry refuses the backend (exit 3, with the extra to install)
+    real = registry.dist_version
+    monkeypatch.setattr(registry, "dist_version", lambda d: None if d == "onnxruntime-qnn" else real(d))
+    monkeypatch.delitem(BACKENDS._loaded, "dlc", raising=False)
+    assert_one_line_error(cli("convert", src, "--to", "dlc", "-o", tmp_path / "a.dlc"), 3,
+                          "needs onnxruntime-qnn", "pip install 'onnxbridge[qnn]'")
+    monkeypatch.undo()
+    # installed but not importable: the build says so before any work (exit 3)
+    monkeypatch.setitem(sys.modules, "onnxruntime_qnn", None)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert_one_line_error(cli("convert", src, "--to", "dlc", "-o", tmp_path / "b.dlc"), 3,
+                          "onnxruntime-qnn is not importable", "pip install 'onnxbridge[qnn]'")
+    assert not list(tmp_path.glob("*.dlc"))
+
+
+def test_inspect_needs_no_qualcomm_library(cnn_dlc):
+    _, dlc, _ = cnn_dlc
+    code = ("import sys, json; sys.modules['onnxruntime_qnn'] = None\n"
+            "from click.testing import CliRunner\nfrom onnxbridge.cli.main import cli\n"
+            f"r = CliRunner().invoke(cli, ['inspect', {str(dlc)!r}, '--json'])\n"
+            "info = json.loads(r.stdout); print(r.exit_code, info['format'], info['inputs'][0]['name'], "
+            "'onnxruntime' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["0", "dlc", "x", "False"], out.stderr[-800:]
+
+
+def test_inspect_cli_and_reader_checks(cli, cnn_dlc, tmp_path):
+    onnx_path, dlc, rep = cnn_dlc
+    info = _reader_checks(dlc, onnx.load(onnx_path))
+    assert info["converter_tool"] == "qnn-net-run" and info["dlc_version"] == "4.1"
+    assert {"Conv2d": 2, "Transpose": 2, "Neuron": 1, "ResizeBilinear": 1} == info["ops"]
+    assert info["weights_bytes"] > 4 * (16 * 3 * 3 * 3)  # the conv weights live in model.params.bin
+    res = cli("inspect", dlc, "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["ops"] == info["ops"]
+    res = cli("inspect", dlc)
+    assert res.exit_code == 0 and "Conv2d" in res.stdout and "NETD" in res.stdout
+    # not a DLC; a DLC whose topology identifier is wrong
+    (tmp_path / "junk.dlc").write_bytes(b"not a zip")
+    assert_one_line_error(cli("inspect", tmp_path / "junk.dlc"), 2, "not a DLC")
+    raw = bytearray(dlc.read_bytes())
+    at = raw.find(b"NETD")
+    raw[at:at + 4] = b"XXXX"
+    (tmp_path / "bad.dlc").write_bytes(bytes(raw))
+    assert any("identifier 'XXXX'" in p for p in container.summary(container.read(tmp_path / "bad.dlc"))["problems"])
+    raw[at - 4:at] = b"\xff\xff\xff\x7f"  # the root table offset, pointing far outside the buffer
+    (tmp_path / "broken.dlc").write_bytes(bytes(raw))
+    assert_one_line_error(cli("inspect", tmp_path / "broken.dlc"), 2, "the DLC graph cannot be read")
+
+
+def test_validate_a_saved_dlc_rebuilds_its_htp_check(cnn_dlc, tmp_path):
+    onnx_path, dlc, _ = cnn_dlc
+    rep = onnxbridge.validate(onnx_path, dlc)
+    hop = rep["hops"][-1]
+    assert (hop["to"], hop["status"]) == ("dlc", "passed"), hop
+    rep = onnxbridge.validate(FACTORY, dlc)  # no ONNX model to rebuild from: skipped, with the reason
+    assert rep["hops"][-1]["status"] == "skipped" and "ONNX model" in rep["hops"][-1]["skipped_reason"]
+
+
+def test_check_targets_dlc(cli, tmp_path):
+    dyn = _onnx(tmp_path / "dyn.onnx", [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                                       helper.make_node("Hardmax", ["r"], ["y"], name="hm")], ["N", 5])
+    res = cli("check", dyn, "--targets", "dlc", "--report", tmp_path / "r.json")
+    assert res.exit_code == 2
+    rep = check_report(tmp_path / "r.json")
+    blockers = rep["targets"]["dlc"]["blockers"]
+    assert any("dynamic dims ['N', 5]" in b for b in blockers) and any("'hm' (Hardmax)" in b for b in blockers)
+    ok = _conv_relu(tmp_path / "ok.onnx")
+    res = cli("check", ok, "--targets", "dlc", "--input-shape", "x:1,3,8,8")
+    assert res.exit_code == 0, res.output
+    res = cli("check", ok, "--targets", "dlc")
+    assert res.exit_code == 2 and "--input-shape x:N,3,8,8" in res.stdout
+
+
+FAKE_TOOL = """#!{python}
+import json, shutil, sys
+args = sys.argv[1:]
+entry = [sys.argv[0].rsplit("/", 1)[-1], *args]
+if "--input_list" in args:  # keep what the list says (the build's scratch folder goes away)
+    lines = open(args[args.index("--input_list") + 1]).read().splitlines()
+    entry.append({{"lines": lines, "first_raw_bytes": len(open(lines[0].split(":=")[1], "rb").read())}})
+with open({log!r}, "a") as f:
+    f.write(json.dumps(entry) + "\\n")
+out = args[args.index("--output_path" if "--output_path" in args else "--output_dlc") + 1]
+shutil.copyfile({dlc!r}, out)
+print("fake QAIRT tool: wrote", out)
+"""
+
+
+def _fake_sdk(folder: Path, dlc: Path, log: Path, names=("qairt-converter", "qairt-quantizer")) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        tool = folder / name
+        tool.write_text(FAKE_TOOL.format(python=sys.executable, log=str(log), dlc=str(dlc)))
+        tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    return folder
+
+
+def test_sdk_path_builds_the_command_lines(cnn_dlc, tmp_path, monkeypatch):
+    onnx_path, dlc, _ = cnn_dlc
+    log = tmp_path / "argv.jsonl"
+    bin_dir = _fake_sdk(tmp_path / "bin", dlc, log)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "sdk.dlc"
+    rep = onnxbridge.convert(onnx_path, to="dlc", output=out, precision="fp16", report=tmp_path / "r.json").report
+    check_report(tmp_path / "r.json")
+    call = json.loads(log.read_text().splitlines()[0])
+    assert call[:3] == ["qairt-converter", "--input_network", call[2]] and call[2].endswith("prepared.onnx")
+    assert call[3] == "--output_path" and call[5:] == ["--source_model_input_shape", "x", "2,3,32,32",
+                                                       "--float_bitwidth", "16", "--float_bias_bitwidth", "16"]
+    facts = rep["artifact"]["backend"]
+    assert facts["flavour"] == "sdk" and facts["sdk_converter"] == str(bin_dir / "qairt-converter")
+    assert facts["converter_version"].startswith("2.51") and facts["sdk_commands"][0].startswith("qairt-converter ")
+    assert out.read_bytes() == dlc.read_bytes()
+    assert rep["hops"][-1]["status"] == "passed" and any("not the SDK's DLC" in w for w in rep["warnings"])
+
+    # int8: the quantizer gets the float DLC and an input list of raw float32 files, one line per batch
+    np.savez(tmp_path / "cal.npz", x=np.random.default_rng(0).standard_normal((6, 3, 32, 32)).astype(np.float32))
+    onnxbridge.convert(onnx_path, to="dlc", output=tmp_path / "q.dlc", precision="int8",
+                       calibration=tmp_path / "cal.npz", validate=False)
+    conv, quant = [json.loads(ln) for ln in log.read_text().splitlines()[1:]]
+    assert "--float_bitwidth" not in conv and quant[0] == "qairt-quantizer"
+    assert quant[1] == "--input_dlc" and quant[2] == conv[conv.index("--output_path") + 1]
+    assert quant[3] == "--input_list" and quant[4].endswith("input_list.txt")
+    assert quant[5:7] == ["--output_dlc", quant[6]] and quant[6].endswith(".dlc")
+    listed = quant[7]
+    assert len(listed["lines"]) == 3 and all(ln.startswith("x:=") for ln in listed["lines"])
+    assert listed["first_raw_bytes"] == 4 * 2 * 3 * 32 * 32  # float32 raw, one batch at the static shape
+
+    # --flavour qnn-ir ignores the SDK on PATH
+    rep = onnxbridge.convert(onnx_path, to="dlc", output=tmp_path / "ir.dlc", flavour="qnn-ir", validate=False).report
+    assert rep["artifact"]["backend"]["flavour"] == "qnn-ir" and len(log.read_text().splitlines()) == 3
+
+
+def test_sdk_found_under_snpe_root(cnn_dlc, tmp_path, monkeypatch, cli):
+    from onnxbridge.backends.dlc import sdk
+
+    onnx_path, dlc, _ = cnn_dlc
+    log = tmp_path / "argv.jsonl"
+    root = tmp_path / "snpe"
+    _fake_sdk(root / sdk.HOST_BIN, dlc, log, names=("snpe-onnx-to-dlc",))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("QAIRT_SDK_ROOT", raising=False)
+    assert_one_line_error(cli("convert", onnx_path, "--to", "dlc", "-o", tmp_path / "a.dlc", "--flavour", "qairt"),
+                          3, "--flavour qairt needs the QAIRT SDK")
+    monkeypatch.setenv("SNPE_ROOT", str(root))
+    found = sdk.find()
+    assert found.kind == "snpe-onnx-to-dlc" and found.root == f"SNPE_ROOT={root}" and found.quantizer is None
+    assert sdk.converter_args(found, Path("m.onnx"), Path("o.dlc"), {"x": [1, 3, 8, 8]}, "fp32")[1:] == [
+        "--input_network", "m.onnx", "--output_path", "o.dlc", "--input_dim", "x", "1,3,8,8"]
+    res = cli("convert", onnx_path, "--to", "dlc", "-o", tmp_path / "b.dlc", "--flavour", "qairt", "--no-validate")
+    assert res.exit_code == 0, res.output
+    assert json.loads(log.read_text())[0] == "snpe-onnx-to-dlc"
+    np.savez(tmp_path / "cal.npz", x=np.zeros((2, 3, 32, 32), np.float32))
+    assert_one_line_error(cli("convert", onnx_path, "--to", "dlc", "-o", tmp_path / "c.dlc", "--precision", "int8",
+                              "--calibration", tmp_path / "cal.npz"), 3, "snpe-dlc-quant")
+    assert shutil.which("snpe-onnx-to-dlc") is None
