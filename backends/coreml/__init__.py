@@ -12,15 +12,21 @@ OPTIONS = ()
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None) -> dict:
     from onnxbridge.backends.coreml.package import build as build_package
 
-    return build_package(onnx_path, output, target=target or "iOS16", precision=precision)
+    return build_package(onnx_path, output, target=target or "iOS16", precision=precision,
+                         dynamic=getattr(context, "dynamic", None) or (),
+                         sample_shapes=getattr(context, "sample_shapes", None) or {},
+                         input_shapes=getattr(context, "input_shapes", None) or {})
 
 
 def check(onnx_path: Path, context=None) -> list[str]:
-    """Every node the Core ML lowering cannot take, without converting."""
-    from onnxbridge.backends.coreml.package import blockers
+    """Everything a build for ``context.target`` (default iOS16, as ``build``) would refuse, without converting: ops
+    with no lowering, unsupported attributes, rank > 5, ops newer than the target (naming the one that works),
+    unsupported input dtypes. Each names node, op and reason."""
+    from onnxbridge.backends.coreml.package import check as check_model
     from onnxbridge.fileio import load_onnx
 
-    return blockers(load_onnx(onnx_path))
+    target = getattr(context, "target", None) or "iOS16"
+    return check_model(load_onnx(onnx_path), target, input_shapes=getattr(context, "input_shapes", None) or {})
 
 
 def runner(path: Path, *, onnx_path: Path | None = None):
@@ -30,7 +36,8 @@ def runner(path: Path, *, onnx_path: Path | None = None):
 
 
 def inspect(path: str | Path) -> dict:
-    """Inputs, outputs, spec version and MIL ops of a saved package, read without loading it into Core ML."""
+    """Inputs, outputs (flexible dims as ``shape_range``), spec version and MIL ops of a saved package, read
+    without loading it into Core ML."""
     from onnxbridge.backends.coreml.package import Runner
 
     runner = Runner(Path(path))
@@ -38,7 +45,21 @@ def inspect(path: str | Path) -> dict:
     for op in runner.function.operations:
         ops[op.op_type] = ops.get(op.op_type, 0) + 1
     return {"path": str(path), "format": "coreml", "spec_version": runner.spec_version,
-            "inputs": [{"name": v.name, "shape": list(v.shape), "dtype": str(v.dtype)} for v in
-                       runner.function.inputs.values()],
-            "outputs": [{"name": v.name, "shape": list(v.shape), "dtype": str(v.dtype)} for v in
-                        runner.function.outputs], "ops": ops}
+            "inputs": [_feature(d, runner.function.inputs.get(d.name)) for d in runner.description.input],
+            "outputs": [_feature(d, next((v for v in runner.function.outputs if v.name == d.name), None))
+                        for d in runner.description.output], "ops": ops}
+
+
+def _feature(desc, var) -> dict:
+    """A model input/output from its spec description (the MIL var's shape when the spec records none)."""
+    from coremltools.proto import FeatureTypes_pb2
+
+    array = desc.type.multiArrayType
+    shape = [int(d) for d in array.shape] or ([d if isinstance(d, int) else None for d in var.shape]
+                                              if var is not None else [])  # None: a flexible dim
+    entry = {"name": desc.name, "shape": shape,
+             "dtype": FeatureTypes_pb2.ArrayFeatureType.ArrayDataType.Name(array.dataType).lower()}
+    ranges = [[int(r.lowerBound), int(r.upperBound)] for r in array.shapeRange.sizeRanges]
+    if any(lo != hi for lo, hi in ranges):
+        entry["shape_range"] = ranges
+    return entry

@@ -87,9 +87,42 @@ def leaky_relu(x, alpha, **_):
 
 
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "real_div": np.divide, "pow": np.power,
-          "maximum": np.maximum, "minimum": np.minimum}
+          "maximum": np.maximum, "minimum": np.minimum, "floor_div": np.floor_divide}
 for _name, _f in BINARY.items():
     KERNELS[_name] = (lambda f: lambda x, y, **_: f(x, y).astype(np.result_type(x, y)))(_f)
+
+
+COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+           "greater": np.greater, "greater_equal": np.greater_equal, "logical_and": np.logical_and,
+           "logical_or": np.logical_or, "logical_xor": np.logical_xor}
+for _name, _f in COMPARE.items():
+    KERNELS[_name] = (lambda f: lambda x, y, **_: f(x, y))(_f)
+
+
+@kernel("logical_not")
+def logical_not(x, **_):
+    return np.logical_not(x)
+
+
+@kernel("select")
+def select(cond, a, b, **_):
+    return np.where(cond, a, b).astype(np.result_type(a, b))
+
+
+@kernel("rsqrt")
+def rsqrt(x, epsilon=1e-12, **_):
+    return (1 / np.sqrt(x + _s(epsilon))).astype(x.dtype)
+
+
+@kernel("gelu")
+def gelu(x, mode="EXACT", **_):
+    mode = str(_s(mode))
+    v = x.astype(np.float64)
+    if mode == "EXACT":
+        return (0.5 * v * (1 + erf(v / np.sqrt(2)))).astype(x.dtype)
+    if mode == "TANH_APPROXIMATION":
+        return (0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))).astype(x.dtype)
+    return (v / (1 + np.exp(-1.702 * v))).astype(x.dtype)  # SIGMOID_APPROXIMATION
 
 
 @kernel("cast")
@@ -141,9 +174,52 @@ def squeeze(x, axes=None, **_):
     return np.squeeze(x, None if axes is None else tuple(int(a) for a in axes))
 
 
+@kernel("split")
+def split(x, axis, num_splits=None, split_sizes=None, **_):
+    axis = int(_s(axis))
+    if split_sizes is None:
+        return tuple(np.split(x, int(_s(num_splits)), axis=axis))
+    return tuple(np.split(x, np.cumsum([int(v) for v in split_sizes])[:-1], axis=axis))
+
+
+@kernel("reverse")
+def reverse(x, axes=None, **_):
+    return np.flip(x, None if axes is None else tuple(int(a) for a in axes))
+
+
+@kernel("stack")
+def stack(values, axis=0, **_):
+    return np.stack(values, axis=int(_s(axis)))
+
+
+@kernel("tile")
+def tile(x, reps, **_):
+    return np.tile(x, [int(r) for r in reps])
+
+
+@kernel("shape")
+def shape(x, **_):
+    return np.array(x.shape, np.int32)
+
+
+@kernel("fill")
+def fill(shape, value=0.0, **_):
+    value = np.asarray(value)
+    return np.full([int(d) for d in shape], value, value.dtype)
+
+
+@kernel("einsum")
+def einsum(values, equation, **_):
+    return np.einsum(str(_s(equation)), *values)
+
+
 @kernel("gather")
 def gather(x, indices, axis=0, **_):
-    return np.take(x, indices.astype(np.int64), axis=int(_s(axis)))
+    """Strict bounds: negative indices are out of bounds from iOS 17 on, so the lowering must have fixed them."""
+    axis = int(_s(axis))
+    if np.any(indices < 0) or np.any(indices >= x.shape[axis]):
+        raise UnsupportedError(f"gather indices outside [0, {x.shape[axis]}) reached Core ML's gather")
+    return np.take(x, indices.astype(np.int64), axis=axis)
 
 
 @kernel("slice_by_index")
@@ -178,6 +254,24 @@ def _reducer(f):
     return reduce
 
 
+def _arg(f):
+    def reduce(x, axis=-1, keep_dims=False, **_):
+        y = f(x, axis=int(_s(axis)))  # ties: the first index
+        return (np.expand_dims(y, int(_s(axis))) if _s(keep_dims) else y).astype(np.int32)
+    return reduce
+
+
+KERNELS.update(reduce_argmax=_arg(np.argmax), reduce_argmin=_arg(np.argmin))
+KERNELS.update(reduce_l1_norm=_reducer(lambda x, **k: np.sum(np.abs(x), **k)),
+               reduce_l2_norm=_reducer(lambda x, **k: np.sqrt(np.sum(np.square(x), **k))),
+               reduce_log_sum=_reducer(lambda x, **k: np.log(np.sum(x, **k))),
+               reduce_log_sum_exp=_reducer(lambda x, **k: np.log(np.sum(np.exp(x - x.max()), **k)) + x.max()),
+               reduce_sum_square=_reducer(lambda x, **k: np.sum(np.square(x), **k)))
+
+
+@kernel("range_1d")
+def range_1d(start, end, step, **_):
+    return np.arange(_s(start), _s(end), _s(step)).astype(np.result_type(start, end, step))
 KERNELS.update(reduce_mean=_reducer(np.mean), reduce_max=_reducer(np.max), reduce_sum=_reducer(np.sum),
                reduce_min=_reducer(np.min), reduce_prod=_reducer(np.prod))
 
@@ -206,6 +300,17 @@ def local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0, **_):
     sq = np.pad(x.astype(np.float64) ** 2, [(0, 0), (half, half)] + [(0, 0)] * (x.ndim - 2))
     total = sum(sq[:, i:i + x.shape[1]] for i in range(size))
     return (x / (_s(k) + _s(alpha) / size * total) ** _s(beta)).astype(x.dtype)
+
+
+@kernel("instance_norm")
+def instance_norm(x, gamma=None, beta=None, epsilon=1e-5, **_):
+    axes = tuple(range(2, x.ndim))
+    v = x.astype(np.float64)
+    mean = v.mean(axis=axes, keepdims=True)
+    y = (v - mean) / np.sqrt(((v - mean) ** 2).mean(axis=axes, keepdims=True) + _s(epsilon))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = y * (1 if gamma is None else gamma.reshape(shape)) + (0 if beta is None else beta.reshape(shape))
+    return y.astype(x.dtype)
 
 
 @kernel("layer_norm")
@@ -261,6 +366,37 @@ def conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilatio
     letters = "abcdefgh"[:spatial]
     kl = "pqrs"[:spatial]
     y = np.einsum(f"ngc{letters}{kl},goc{kl}->ngo{letters}", win, w).reshape(n, weight.shape[0], *out_shape)
+    if bias is not None:
+        y = y + bias.reshape(1, -1, *([1] * spatial))
+    return y.astype(x.dtype)
+
+
+@kernel("conv_transpose")
+def conv_transpose(x, weight, bias=None, pad=None, output_shape=None, pad_type="valid", strides=None,
+                   dilations=None, groups=1, **_):
+    """Scatter-add of every input position times the kernel, then the pads cropped (custom/valid pads)."""
+    spatial = x.ndim - 2
+    strides = [int(s) for s in (strides if strides is not None else [1] * spatial)]
+    dilations = [int(d) for d in (dilations if dilations is not None else [1] * spatial)]
+    g, (n, cin), dims, kernel = int(_s(groups)), x.shape[:2], x.shape[2:], weight.shape[2:]
+    full = [(d - 1) * s + (k - 1) * dl + 1 for d, s, k, dl in zip(dims, strides, kernel, dilations)]
+    cout = weight.shape[1] * g
+    y = np.zeros((n, g, cout // g, *full))
+    xg = x.astype(np.float64).reshape(n, g, cin // g, *dims)
+    wg = weight.astype(np.float64).reshape(g, cin // g, cout // g, *kernel)
+    for tap in np.ndindex(*kernel):
+        part = np.einsum("ngc...,gco->ngo...", xg, wg[(slice(None),) * 3 + tap])
+        at = tuple(slice(t * dl, t * dl + (d - 1) * s + 1, s) for t, dl, d, s in zip(tap, dilations, dims, strides))
+        y[(slice(None),) * 3 + at] += part
+    y = y.reshape(n, cout, *full)
+    kind = str(_s(pad_type))
+    if kind not in ("custom", "valid"):
+        raise UnsupportedError(f"the host evaluator runs conv_transpose with custom or valid pads, not {kind}")
+    if kind == "custom" and pad is not None:
+        p = [int(v) for v in pad]
+        y = y[(slice(None), slice(None)) + tuple(slice(p[2 * i], full[i] - p[2 * i + 1]) for i in range(spatial))]
+    if output_shape is not None:
+        y = y[tuple(slice(0, int(d)) for d in output_shape)]
     if bias is not None:
         y = y + bias.reshape(1, -1, *([1] * spatial))
     return y.astype(x.dtype)
@@ -337,12 +473,14 @@ def _lerp(x, axis: int, coords: np.ndarray):
 
 
 @kernel("upsample_bilinear")
-def upsample_bilinear(x, scale_factor_height=1.0, scale_factor_width=1.0, align_corners=False,
-                      half_pixel_centers=False, **_):
+def upsample_bilinear(x, scale_factor_height=1.0, scale_factor_width=1.0, align_corners=True,
+                      half_pixel_centers=None, **_):
+    """``half_pixel_centers`` (iOS 16+) absent: iOS 15's meaning, half-pixel unless ``align_corners``."""
     sh, sw = float(_s(scale_factor_height)), float(_s(scale_factor_width))
     h, w = x.shape[-2:]
     oh, ow = int(np.floor(h * sh)), int(np.floor(w * sw))
-    ac, hp = bool(_s(align_corners)), bool(_s(half_pixel_centers))
+    ac = bool(_s(align_corners))
+    hp = not ac if half_pixel_centers is None else bool(_s(half_pixel_centers))
     y = _lerp(x.astype(np.float64), -2, _source_coords(h, oh, sh, ac, hp))
     return _lerp(y, -1, _source_coords(w, ow, sw, ac, hp)).astype(x.dtype)
 

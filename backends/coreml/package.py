@@ -12,16 +12,14 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from onnxbridge.backends.coreml.ctimport import import_ct
-from onnxbridge.backends.coreml.lower import OPS, Ctx, _mil_name
+from onnxbridge.backends.coreml.lower import FP16_MAX, INT32, OPS, TARGETS, Ctx, _mil_name
 from onnxbridge.errors import BadInputError, UnsupportedError
 
 if TYPE_CHECKING:
     import onnx
 
-TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
 # ops lowered only when their values are known before run time (folded); otherwise refused when reached
-FOLDED_ONLY = ("Constant", "Shape", "ConstantOfShape", "Range", "Mod", "Equal", "Where", "Expand", "Size",
-               "NonZero")
+FOLDED_ONLY = ("Constant", "Shape", "Mod", "Size", "NonZero")
 
 
 def blockers(model: "onnx.ModelProto") -> list[str]:
@@ -30,9 +28,13 @@ def blockers(model: "onnx.ModelProto") -> list[str]:
             if n.op_type not in OPS and n.op_type not in FOLDED_ONLY]
 
 
-def fold(node: "onnx.NodeProto", values: dict, opset: int) -> list[np.ndarray] | None:
-    """The node's outputs when they are known before run time: a Constant, a Shape of a static shape, or any
-    op whose inputs are all constants (evaluated with onnx's reference evaluator), else None."""
+def fold(node: "onnx.NodeProto", values: dict, opset: int, sources: dict | None = None) -> list[np.ndarray] | None:
+    """The node's outputs when they are known before run time: a Constant, a Shape, or any op whose inputs are
+    all constants (evaluated with onnx's reference evaluator), else None.
+
+    A Shape with flexible dims gives an object array holding ints and the MIL symbols of those dims
+    (``sources`` learns which var and axis each symbol can be read from at run time); shape arithmetic on such
+    arrays is folded symbolically (``_fold_symbolic``)."""
     import onnx
     from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
@@ -42,9 +44,20 @@ def fold(node: "onnx.NodeProto", values: dict, opset: int) -> list[np.ndarray] |
     inputs = [values.get(name) for name in node.input if name]
     if node.op_type == "Shape" and inputs and not isinstance(inputs[0], np.ndarray):
         shape = list(inputs[0].shape)
-        if not all(isinstance(d, int) for d in shape):
+        if all(isinstance(d, (int, np.integer)) for d in shape):
+            return [np.array(shape, np.int64)[_shape_slice(node, len(shape))]]
+        for axis, d in enumerate(shape):
+            if sources is not None and not isinstance(d, (int, np.integer)):
+                sources.setdefault(d, (inputs[0], axis))
+        return [_as_shape_value(np.array(shape, dtype=object)[_shape_slice(node, len(shape))])]
+    if any(isinstance(v, np.ndarray) and v.dtype == object for v in inputs):
+        if not all(isinstance(v, np.ndarray) for v in inputs):
             return None
-        return [np.array(shape, np.int64)[_shape_slice(node, len(shape))]]
+        try:
+            out = _fold_symbolic(node, inputs)
+        except Exception:  # leave it to the lowering
+            return None
+        return None if out is None else [_as_shape_value(out)]
     if not inputs or not all(isinstance(v, np.ndarray) for v in inputs) or any(
             a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
         return None
@@ -59,13 +72,165 @@ def fold(node: "onnx.NodeProto", values: dict, opset: int) -> list[np.ndarray] |
         return None
 
 
+def _as_shape_value(v: np.ndarray) -> np.ndarray:
+    """An int64 array once every entry is known, else the object array."""
+    v = np.asarray(v, dtype=object)
+    return v.astype(np.int64) if all(isinstance(e, (int, np.integer)) for e in v.reshape(-1)) else v
+
+
+def _fold_symbolic(node: "onnx.NodeProto", inputs: list) -> np.ndarray | None:
+    """The shape arithmetic torch exports (Gather, Unsqueeze, Squeeze, Concat, Slice, Cast, Reshape, +, -, *, /)
+    on object arrays of ints and symbols; None for anything else."""
+    import onnx
+    import sympy
+
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    op, x = node.op_type, inputs[0]
+    ints = [np.asarray(v).astype(np.int64).tolist() if v.dtype != object else None for v in inputs[1:]]
+    if op in ("Identity", "Cast") and (op == "Identity" or attrs["to"] in (6, 7)):
+        return x
+    if op == "Gather":
+        axis = attrs.get("axis", 0)
+        idx = np.asarray(inputs[1]).astype(np.int64)
+        return np.take(x, np.where(idx < 0, idx + x.shape[axis], idx), axis=axis)
+    if op in ("Unsqueeze", "Squeeze"):
+        axes = attrs.get("axes", ints[0] if ints else None)
+        if op == "Unsqueeze":
+            rank = x.ndim + len(axes)
+            return x.reshape(_unsqueezed(x.shape, [a % rank for a in axes]))
+        return np.squeeze(x, None if axes is None else tuple(axes))
+    if op == "Concat":
+        return np.concatenate([np.asarray(v, dtype=object).reshape(-1) if v.ndim == 0 else np.asarray(v, dtype=object)
+                               for v in inputs], axis=attrs["axis"])
+    if op == "Slice" and x.ndim == 1 and all(i is not None for i in ints):
+        starts, ends = ints[0], ints[1]
+        steps = ints[3] if len(ints) > 3 else [1]
+        return x[slice(int(np.clip(starts[0], -2 ** 31, 2 ** 31)), int(np.clip(ends[0], -2 ** 31, 2 ** 31)),
+                       steps[0])]
+    if op == "Reshape" and ints[0] is not None:
+        return x.reshape(ints[0])
+    arith = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+             "Div": lambda a, b: a // b if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer))
+             else sympy.floor(a / b)}  # sizes are positive: floor is ONNX's truncation
+    if op in arith:
+        a, b = np.broadcast_arrays(np.asarray(x, dtype=object), np.asarray(inputs[1], dtype=object))
+        return np.array([arith[op](_py(u), _py(v)) for u, v in zip(a.reshape(-1), b.reshape(-1))],
+                        dtype=object).reshape(a.shape)
+    return None
+
+
+def _unsqueezed(shape: tuple, axes: list[int]) -> list[int]:
+    """``shape`` with 1s inserted at ``axes`` (of the result)."""
+    dims = iter(shape)
+    return [1 if i in axes else next(dims) for i in range(len(shape) + len(axes))]
+
+
+def _py(v):
+    return int(v) if isinstance(v, np.integer) else v
+
+
 def _shape_slice(node: "onnx.NodeProto", rank: int) -> slice:
     attrs = {a.name: a.i for a in node.attribute}
     return slice(attrs.get("start", 0), attrs.get("end", rank))
 
 
-def program(model: "onnx.ModelProto", target: str):
-    """The MIL program of ``model`` (static input shapes, float inputs)."""
+# flexible dims without a requested range get [1, DEFAULT_UPPER] (Core ML needs a bounded range for ML programs)
+DEFAULT_UPPER = 1024
+MAX_RANK = 5
+# ONNX input dtypes -> the MIL input dtype, and the dtype the graph then works in (cast inside)
+INPUT_DTYPES = {"FLOAT": ("fp32", None), "DOUBLE": ("fp32", None), "FLOAT16": ("fp32", "fp16"),
+                "INT64": ("int32", None), "INT32": ("int32", None), "INT16": ("int32", None),
+                "INT8": ("int32", None), "UINT8": ("int32", None), "UINT16": ("int32", None),
+                "BOOL": ("int32", "bool")}
+
+
+def _input_dims(vi, dynamic: dict, samples: dict, fixed: dict) -> list:
+    """An input's dims: ints, or ``(label, lower, upper, default)`` for a flexible one (``fixed``: sizes from
+    ``--input-shape`` that replace flexible dims)."""
+    dims = []
+    for axis, d in enumerate(vi.type.tensor_type.shape.dim):
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+            continue
+        shape = fixed.get(vi.name)
+        if shape is not None and axis < len(shape) and isinstance(shape[axis], int):
+            dims.append(int(shape[axis]))
+            continue
+        lo, hi = dynamic.get((vi.name, axis), (None, None))
+        lo, hi = lo or 1, hi or DEFAULT_UPPER
+        sample = samples.get(vi.name)
+        default = sample[axis] if sample is not None and axis < len(sample) and lo <= sample[axis] <= hi else lo
+        dims.append((d.dim_param or f"{vi.name}_dim{axis}", lo, hi, int(default)))
+    return dims
+
+
+def _input_specs(model: "onnx.ModelProto", inits: dict, ranges: dict, samples: dict, fixed: dict, notes: list,
+                 refuse) -> tuple[dict, list, dict, set]:
+    """MIL ``TensorSpec`` by name, coremltools ``TensorType``s (their ``RangeDim``s reach the spec), the cast
+    each input needs inside the program (by ONNX name), and the inputs refused (dtype or rank)."""
+    import onnx
+
+    ct = import_ct()
+    from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import get_new_symbol, types
+
+    specs, types_, casts, symbols, bad = {}, [], {}, {}, set()
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
+        dims = _input_dims(vi, ranges, samples, fixed)
+        if kind not in INPUT_DTYPES or len(dims) > MAX_RANK:
+            refuse(f"input '{vi.name}' is {kind}; Core ML inputs are float or integer" if kind not in INPUT_DTYPES
+                   else f"input '{vi.name}' has rank {len(dims)}; Core ML allows rank <= {MAX_RANK}")
+            bad.add(vi.name)
+            continue
+        mil_dtype, casts[vi.name] = INPUT_DTYPES[kind]
+        if kind in ("INT64", "DOUBLE", "BOOL", "FLOAT16"):
+            notes.append(f"input '{vi.name}' is {kind} in ONNX and {mil_dtype} in Core ML"
+                         + (" (values beyond int32 saturate)" if kind == "INT64" else ""))
+        mil_dims, ct_dims = [], []
+        for d in dims:
+            if isinstance(d, int):
+                mil_dims.append(d)
+                ct_dims.append(d)
+            else:  # one MIL symbol per ONNX dim label, so inputs sharing a label share the size
+                label, lo, hi, default = d
+                mil_dims.append(symbols.setdefault(label, get_new_symbol()))
+                ct_dims.append(ct.RangeDim(lower_bound=lo, upper_bound=hi, default=default))
+        name = _mil_name(vi.name)
+        specs[name] = mb.TensorSpec(shape=tuple(mil_dims), dtype=types.int32 if mil_dtype == "int32" else types.fp32)
+        types_.append(ct.TensorType(name=name, shape=ct.Shape(ct_dims),
+                                    dtype=np.int32 if mil_dtype == "int32" else np.float32))
+    return specs, types_, casts, bad
+
+
+class _Blocked(Exception):
+    """A node whose input could not be lowered (check mode: it is skipped, not reported)."""
+
+
+_POISON = object()
+
+
+def clamp_fp16(value):
+    """A float constant with finite values beyond +-65504 clamped, so fp16 compute does not turn them into
+    +-inf (``-FLT_MAX`` attention masks would give NaN); anything else unchanged."""
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.size:
+        finite = np.isfinite(value)
+        if np.any(np.abs(value[finite]) > FP16_MAX):
+            return np.where(finite, np.clip(value, -FP16_MAX, FP16_MAX), value).astype(value.dtype)
+    return value
+
+
+def program(model: "onnx.ModelProto", target: str, dynamic=(), sample_shapes=None, notes: list | None = None,
+            input_shapes: dict | None = None, collect: list | None = None, fp16: bool = False):
+    """The MIL program of ``model``. Flexible input dims become MIL symbols (one per ONNX dim label) with a
+    ``RangeDim`` from ``dynamic`` (``DynamicAxis`` min/max) or ``[1, DEFAULT_UPPER]``. Integer inputs are int32
+    (int64 values saturate), float ones fp32; ``notes`` collects what changed at the interface.
+
+    ``fp16``: float constants are clamped to fp16's range (``clamp_fp16``) as they enter the program.
+    With ``collect`` (a list), nothing is raised: every refusal is appended (naming node, op and reason), nodes
+    fed by a refused one are skipped, and None is returned (``onnxbridge check``)."""
     import onnx
     from onnx import numpy_helper
 
@@ -75,73 +240,145 @@ def program(model: "onnx.ModelProto", target: str):
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import Function, Program, types
 
+    notes = [] if notes is None else notes
     problems = blockers(model)
-    if problems:
+    if problems and collect is None:
         raise UnsupportedError(f"{len(problems)} node(s) cannot be lowered to Core ML; first: {problems[0]}")
+
+    def refuse(message: str):
+        if collect is None:
+            raise UnsupportedError(message)
+        collect.append(message)
+
+    if collect is not None:
+        collect.extend(problems)
     g = model.graph
     inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    specs = {}
-    for vi in g.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-        if any(d is None or d <= 0 for d in dims):
-            raise UnsupportedError(f"input '{vi.name}' has a symbolic shape {dims}; Core ML flexible shapes are not "
-                                   "built yet: convert without --dynamic (or fix it with --input-shape)")
-        if tt.elem_type != onnx.TensorProto.FLOAT:
-            raise UnsupportedError(f"input '{vi.name}' is {onnx.TensorProto.DataType.Name(tt.elem_type)}; only float "
-                                   "inputs are lowered so far")
-        specs[_mil_name(vi.name)] = mb.TensorSpec(shape=tuple(dims), dtype=types.fp32)
+    ranges = {(d.name, d.axis): (d.min, d.max) for d in dynamic}
+    specs, types_, casts, bad = _input_specs(model, inits, ranges, sample_shapes or {}, input_shapes or {},
+                                             notes, refuse)
+    blocked = {i for i, n in enumerate(g.node) if n.op_type not in OPS and n.op_type not in FOLDED_ONLY}
     with Function(specs, opset_version=getattr(ct.target, target)) as func:
-        ctx = Ctx(mb, default_opset(model))
-        ctx.values.update(inits)
-        ctx.values.update({vi.name: func.inputs[_mil_name(vi.name)] for vi in g.input if vi.name not in inits})
-        for node in g.node:
+        func.set_input_types(tuple(types_))
+        ctx = Ctx(mb, default_opset(model), target)
+        ctx.fp16 = fp16
+        ctx.values.update({k: clamp_fp16(v) for k, v in inits.items()} if fp16 else inits)
+        for vi in g.input:
+            if vi.name in bad:
+                ctx.values[vi.name] = _POISON
+            elif vi.name not in inits:
+                var = func.inputs[_mil_name(vi.name)]
+                ctx.values[vi.name] = mb.cast(x=var, dtype=casts[vi.name]) if casts[vi.name] else var
+                for axis, d in enumerate(var.shape):
+                    if not isinstance(d, (int, np.integer)):
+                        ctx.symbols.setdefault(d, (var, axis))
+        for i, node in enumerate(g.node):
             ctx.node = node
-            folded = fold(node, ctx.values, ctx.opset)
-            if folded is not None:
-                ctx.values.update(zip(node.output, folded))
-                continue
-            if node.op_type not in OPS:
-                ctx.refuse("its value depends on run-time data and it has no Core ML lowering")
             try:
-                ctx.values[node.output[0]] = OPS[node.op_type](ctx)
-            except UnsupportedError:
-                raise
-            except Exception as exc:
-                ctx.refuse(f"Core ML rejects the lowering: {' '.join(str(exc).split())[:300]}")
+                if i in blocked or any(ctx.values.get(n) is _POISON for n in node.input if n):
+                    raise _Blocked
+                _lower_node(ctx, node, target)
+            except _Blocked:
+                ctx.values.update({name: _POISON for name in node.output})
+            except UnsupportedError as exc:
+                refuse(str(exc))
+                ctx.values.update({name: _POISON for name in node.output})
         outputs = []
         for vi in g.output:
             value = ctx.values[vi.name]
+            if value is _POISON:
+                continue
             if isinstance(value, np.ndarray):
-                raise UnsupportedError(f"output '{vi.name}' is a constant; Core ML programs need computed outputs")
+                refuse(f"output '{vi.name}' is a constant; Core ML programs need computed outputs")
+                continue
+            if value.dtype == types.bool:  # Core ML outputs are numbers
+                notes.append(f"output '{vi.name}' is BOOL in ONNX and int32 (0/1) in Core ML")
+                value = mb.cast(x=value, dtype="int32")
+            elif value.dtype == types.int32 and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+                notes.append(f"output '{vi.name}' is INT64 in ONNX and int32 in Core ML")
             if value.name != _mil_name(vi.name):
                 value = mb.identity(x=value, name=_mil_name(vi.name))
             outputs.append(value)
+        if collect is not None:
+            return None
         func.set_outputs(outputs)
     prog = Program()
     prog.add_function("main", func)
     return prog
 
 
-def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: str = "fp32") -> dict:
-    """Convert, save ``output`` (.mlpackage) atomically, and return facts for the report."""
+def _lower_node(ctx: Ctx, node: "onnx.NodeProto", target: str) -> None:
+    """Fold ``node`` or lower it, storing its outputs in ``ctx.values``; raises UnsupportedError naming it."""
+    folded = fold(node, ctx.values, ctx.opset, ctx.symbols)
+    if folded is not None:
+        ctx.values.update(zip(node.output, [clamp_fp16(v) for v in folded] if ctx.fp16 else folded))
+        return
+    if node.op_type not in OPS:
+        ctx.refuse("its value depends on run-time data and it has no Core ML lowering")
+    for name in node.input:
+        value = ctx.values.get(name) if name else None
+        if value is not None and len(value.shape) > MAX_RANK:
+            ctx.refuse(f"input '{name}' has rank {len(value.shape)}; Core ML allows rank <= {MAX_RANK}")
+    try:
+        result = OPS[node.op_type](ctx)
+    except UnsupportedError:
+        raise
+    except Exception as exc:
+        ctx.refuse(_rejection(exc, target))
+    for name, value in zip(node.output, result if isinstance(result, tuple) else (result,)):
+        if name and value is not None:
+            if not isinstance(value, np.ndarray) and value.rank > MAX_RANK:
+                ctx.refuse(f"output '{name}' has rank {value.rank}; Core ML allows rank <= {MAX_RANK}")
+            ctx.values[name] = value
+
+
+def _rejection(exc: Exception, target: str) -> str:
+    """coremltools' reason, with the deployment target that would work when that is the problem."""
+    import re
+
+    text = " ".join(str(exc).split())
+    newer = re.search(r"(?:at least|update the minimum_deployment_target to) coremltools\.target\.(iOS\d+)", text)
+    if newer:
+        op = re.search(r"for (\w+) in the|since op (\w+)", text)
+        what = f"MIL op '{next(g for g in op.groups() if g)}'" if op else "its lowering"
+        return f"{what} needs --target {newer.group(1)} or newer (building for {target})"
+    return f"Core ML rejects the lowering: {text[:300]}"
+
+
+def check(model: "onnx.ModelProto", target: str = "iOS16", input_shapes: dict | None = None) -> list[str]:
+    """Everything a build for ``target`` would refuse, each naming node, op and reason (no conversion)."""
+    if target not in TARGETS:
+        raise BadInputError(f"unknown Core ML target '{target}'; known: {', '.join(TARGETS)}")
+    found: list[str] = []
+    program(model, target, input_shapes=input_shapes, collect=found)
+    return list(dict.fromkeys(found))
+
+
+def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: str = "fp32", dynamic=(),
+          sample_shapes: dict | None = None, input_shapes: dict | None = None) -> dict:
+    """Convert, save ``output`` (.mlpackage) atomically, and return facts for the report. ``dynamic``: the
+    ``DynamicAxis`` list (ranges for flexible dims); ``sample_shapes``: their default sizes."""
     import onnx
 
     ct = import_ct()
     if target not in TARGETS:
         raise BadInputError(f"unknown Core ML target '{target}'; known: {', '.join(TARGETS)}")
     model = onnx.load(str(onnx_path))
-    prog = program(model, target)
+    notes: list[str] = []
+    prog = program(model, target, dynamic, sample_shapes, notes, input_shapes, fp16=precision == "fp16")
     compute = ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32
     from onnxbridge.quiet import native_output_silenced, quiet
 
     caught: list[str] = []
-    with quiet(caught, ("coremltools",)), native_output_silenced(), \
-            contextlib.redirect_stderr(io.StringIO()):  # its progress bars go to stderr
-        mlmodel = ct.convert(prog, source="milinternal", convert_to="mlprogram", compute_precision=compute,
-                             minimum_deployment_target=getattr(ct.target, target), skip_model_load=True)
+    try:
+        with quiet(caught, ("coremltools",)), native_output_silenced(), \
+                contextlib.redirect_stderr(io.StringIO()), _validated_once(prog):  # its progress bars go to stderr
+            mlmodel = ct.convert(prog, source="milinternal", convert_to="mlprogram", compute_precision=compute,
+                                 minimum_deployment_target=getattr(ct.target, target), skip_model_load=True)
+    except Exception as exc:  # e.g. a check that fires only in coremltools' passes
+        reason = _rejection(exc, target)
+        raise UnsupportedError(reason if "needs --target" in reason else
+                               f"coremltools rejects the lowered program: {' '.join(str(exc).split())[:300]}") from None
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
@@ -154,10 +391,27 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
     spec = mlmodel.get_spec()
     names = [v.name for v in [*model.graph.input, *model.graph.output]]
     renamed = {n: _mil_name(n) for n in names if _mil_name(n) != n}  # MIL names are identifiers
+    flexible = {}
+    for d in spec.description.input:
+        ranges = d.type.multiArrayType.shapeRange.sizeRanges
+        if any(r.lowerBound != r.upperBound for r in ranges):
+            flexible[d.name] = [[r.lowerBound, r.upperBound] for r in ranges]
     return {"target": target, "compute_precision": precision, "spec_version": spec.specificationVersion,
-            "renamed": renamed,
+            "renamed": renamed, "flexible_inputs": flexible, "notes": notes,
             "ops": sorted({op.op_type for op in mlmodel._mil_program.functions["main"].operations}),
             "warnings": caught}
+
+
+@contextlib.contextmanager
+def _validated_once(prog):
+    """coremltools validates the whole program after each of its ~100 graph passes, about half of the
+    conversion time: validate it once, when the pipeline is done, instead (a broken pass still fails the build)."""
+    prog.validate = lambda *args, **kwargs: None  # an instance attribute shadows Program.validate
+    try:
+        yield
+    finally:
+        del prog.validate
+    type(prog).validate(prog)
 
 
 class Runner:
@@ -172,13 +426,23 @@ class Runner:
         prog = load(spec, specification_version=spec.specificationVersion, file_weights_dir=mlmodel.weights_dir)
         self.function = prog.functions["main"]
         self.spec_version = spec.specificationVersion
+        self.description = spec.description
         self.inputs = [d.name for d in spec.description.input]
+        self.dtypes = {name: var.dtype for name, var in self.function.inputs.items()}
         self.outputs = [d.name for d in spec.description.output]
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         from onnxbridge.backends.coreml.evaluate import run
 
+        from coremltools.converters.mil.mil import types
+
         named = {_mil_name(k): np.asarray(v) for k, v in feeds.items()}
+        for name, dtype in self.dtypes.items():  # what a caller passes: int32 (saturated) or fp32
+            value = named[name]
+            if dtype == types.int32:
+                named[name] = np.clip(value, INT32.min, INT32.max).astype(np.int32)
+            elif value.dtype != np.float32:
+                named[name] = value.astype(np.float32)
         result = run(self.function, {n: named[n] for n in self.inputs})
         return [np.asarray(result[n], np.float32) if np.asarray(result[n]).dtype == np.float16 else result[n]
                 for n in self.outputs]

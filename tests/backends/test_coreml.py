@@ -2,6 +2,7 @@
 against onnxruntime (per op family, pitfalls included) and end to end from PyTorch."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +18,16 @@ FACTORY = f"{EXAMPLES}:cnn"
 RNG = np.random.default_rng(0)
 
 
-def _model(nodes, inputs, outputs, inits=(), opset=17):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
-                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+def _model(nodes, inputs, outputs, inits=(), opset=17, typed=()):
+    """Inputs ``(name, shape[, elem_type])``, outputs ``name`` or ``(name, elem_type)``; ``inits`` are made
+    float32, ``typed`` initializers keep their dtype."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(i[0], i[2] if len(i) > 2 else TensorProto.FLOAT, i[1])
+                     for i in inputs],
+        [helper.make_tensor_value_info(*((o, TensorProto.FLOAT) if isinstance(o, str) else o), None) for o in outputs],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits]
+        + [numpy_helper.from_array(np.asarray(v), k) for k, v in typed])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8 if opset < 19 else 9)
 
 
 def _w(*shape):
@@ -59,6 +65,9 @@ CASES = {
     "resize_nearest_2x": _model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest",
                                                   coordinate_transformation_mode="asymmetric")],
                                 [("x", [1, 2, 5, 6])], ["y"], [("sc", np.array([1, 1, 2, 2]))]),
+    # ONNX's defaults (half_pixel, round_prefer_floor): a 3x integer upscale is MIL's nearest upsample
+    "resize_nearest_half_pixel_3x": _model([helper.make_node("Resize", ["x", "", "sc"], ["y"], mode="nearest")],
+                                           [("x", [1, 2, 4, 5])], ["y"], [("sc", np.array([1, 1, 3, 2]))]),
     "elementwise": _model([helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Tanh", ["x"], ["t"]),
                            helper.make_node("Mul", ["s", "t"], ["m"]), helper.make_node("Sub", ["m", "k"], ["d"]),
                            helper.make_node("Div", ["d", "k"], ["q"]), helper.make_node("LeakyRelu", ["q"], ["y"])],
@@ -85,6 +94,103 @@ CASES = {
                                  helper.make_node("LRN", ["s"], ["l"], size=3, alpha=1e-3, beta=0.6, bias=1.5),
                                  helper.make_node("Softmax", ["l"], ["y"], axis=1)],
                                 [("x", [2, 4, 3, 3])], ["y"], [("k4", _w(3))], opset=11),
+    # ConvTranspose: groups, interleaved pads, output_padding beyond the end pad (zero rows, then the bias)
+    "conv_transpose": _model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], group=2, strides=[2, 2],
+                                               pads=[1, 0, 0, 1], output_padding=[1, 1]),
+                              helper.make_node("ConvTranspose", ["x", "w"], ["z"], strides=[2, 1], dilations=[1, 2],
+                                               pads=[0, 1, 2, 1], output_padding=[1, 0], group=2)],
+                             [("x", [1, 4, 5, 6])], ["y", "z"], [("w", _w(4, 3, 3, 2)), ("b", _w(6))]),
+    "instance_norm_ranks": _model([helper.make_node("InstanceNormalization", [x, "s", "b"], [x + "y"], epsilon=1e-3)
+                                   for x in ("x3", "x4", "x5")],
+                                  [("x3", [2, 3, 7]), ("x4", [2, 3, 4, 5]), ("x5", [1, 3, 2, 3, 4])],
+                                  ["x3y", "x4y", "x5y"], [("s", _w(3)), ("b", _w(3))]),
+    "split_sizes_and_num_outputs": _model([helper.make_node("Split", ["x", "sz"], ["a", "b", "c"], axis=1),
+                                           helper.make_node("Relu", ["b"], ["rb"]),
+                                           helper.make_node("Split", ["x"], ["d", "e", "f"], axis=-1, num_outputs=3)],
+                                          [("x", [2, 6, 7])], ["a", "rb", "c", "d", "e", "f"], opset=18,
+                                          typed=[("sz", np.array([2, 3, 1], np.int64))]),
+    # Expand, Where, comparisons and logic computed at run time (not folded); bool outputs come back as 0/1
+    "expand_where_compare_logic": _model(
+        [helper.make_node("Greater", ["x", "zero"], ["pos"]), helper.make_node("Expand", ["k", "shape"], ["big"]),
+         helper.make_node("Where", ["pos", "x", "big"], ["w"]), helper.make_node("Tile", ["w", "reps"], ["y"]),
+         helper.make_node("LessOrEqual", ["x", "k"], ["le"]), helper.make_node("Equal", ["x", "x"], ["eq"]),
+         helper.make_node("GreaterOrEqual", ["x", "k"], ["ge"]), helper.make_node("Less", ["x", "zero"], ["lt"]),
+         helper.make_node("Not", ["le"], ["nle"]), helper.make_node("And", ["nle", "eq"], ["a"]),
+         helper.make_node("Or", ["a", "lt"], ["o"]), helper.make_node("Xor", ["o", "ge"], ["logic"])],
+        [("x", [2, 3, 4])], ["y", ("logic", TensorProto.BOOL)], [("zero", np.array(0.0)), ("k", _w(1, 4))],
+        typed=[("shape", np.array([3, 1], np.int64)), ("reps", np.array([1, 2, 1], np.int64))]),
+    "reductions_opset18": _model([helper.make_node("Abs", ["x"], ["pos"])] + [
+        helper.make_node(op, ["pos" if op == "ReduceLogSum" else "x", "ax"], [op], keepdims=k) for op, k in (
+            ("ReduceL1", 1), ("ReduceL2", 0), ("ReduceLogSum", 1), ("ReduceLogSumExp", 0), ("ReduceSumSquare", 1))],
+        [("x", [2, 3, 4])], ["ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"],
+        opset=18, typed=[("ax", np.array([-1, 1], np.int64))]),
+    "argmax_argmin": _model([helper.make_node("ArgMax", ["x"], ["a"], axis=1, keepdims=0),
+                             helper.make_node("ArgMin", ["x"], ["b"], axis=-1)],
+                            [("x", [2, 5, 3])], [("a", TensorProto.INT64), ("b", TensorProto.INT64)]),
+    # opset 18 Pad with axes (pads given for those axes only), and negative pads that crop
+    "pad18_axes_and_crop": _model([helper.make_node("Pad", ["x", "p1", "", "ax"], ["a"], mode="edge"),
+                                   helper.make_node("Pad", ["x", "p2", "cv"], ["b"])],
+                                  [("x", [2, 3, 5, 6])], ["a", "b"], [("cv", np.array(0.5))], opset=18,
+                                  typed=[("p1", np.array([1, 2, 0, 3], np.int64)), ("ax", np.array([-1, 2], np.int64)),
+                                         ("p2", np.array([0, -1, 2, 0, 0, 1, -2, -3], np.int64))]),
+    "gelu_opset20": _model([helper.make_node("Gelu", ["x"], ["a"]),
+                            helper.make_node("Gelu", ["x"], ["b"], approximate="tanh")],
+                           [("x", [2, 3, 4])], ["a", "b"], opset=20),
+    # gate order z, r, h; linear_before_reset 0 and 1 differ once the recurrent h bias is non-zero
+    "gru_linear_before_reset": _model(
+        [helper.make_node("GRU", ["x", "W", "R", "B"], ["y0", "h0"], hidden_size=5),
+         helper.make_node("GRU", ["x", "W", "R", "B", "", "init"], ["y1", "h1"], hidden_size=5,
+                          linear_before_reset=1)],
+        [("x", [4, 2, 3]), ("init", [1, 2, 5])], ["y0", "h0", "y1", "h1"],
+        [("W", _w(1, 15, 3)), ("R", _w(1, 15, 5)), ("B", _w(1, 30))]),
+    "gru_reverse_lstm_bidirectional": _model(
+        [helper.make_node("GRU", ["x", "W", "R", "B"], ["gy", "gh"], hidden_size=5, direction="reverse"),
+         helper.make_node("LSTM", ["x", "LW", "LR", "LB", "", "h0", "c0"], ["ly", "lh", "lc"], hidden_size=4,
+                          direction="bidirectional")],
+        [("x", [4, 2, 3]), ("h0", [2, 2, 4]), ("c0", [2, 2, 4])], ["gy", "gh", "ly", "lh", "lc"],
+        [("W", _w(1, 15, 3)), ("R", _w(1, 15, 5)), ("B", _w(1, 30)), ("LW", _w(2, 16, 3)), ("LR", _w(2, 16, 4)),
+         ("LB", _w(2, 32))]),
+    "einsum_patterns": _model([helper.make_node("Einsum", ["a", "b"], ["mm"], equation="bij,bjk->bik"),
+                               helper.make_node("Einsum", ["a", "c"], ["mt"], equation="bij,bkj->bik"),
+                               helper.make_node("Einsum", ["p", "q"], ["mil"], equation="nchw,nwhu->nchu")],
+                              [("a", [2, 3, 4]), ("b", [2, 4, 5]), ("c", [2, 6, 4]), ("p", [2, 3, 4, 5]),
+                               ("q", [2, 5, 4, 6])], ["mm", "mt", "mil"]),
+    # int64 ids at run time, shifted to include negative indices (ONNX: from the end; iOS 17: out of bounds)
+    "gather_int64_runtime_negative_ids": _model(
+        [helper.make_node("Sub", ["ids", "five"], ["shifted"]),
+         helper.make_node("Gather", ["table", "shifted"], ["y"])],
+        [("ids", [2, 5], TensorProto.INT64)], ["y"], [("table", _w(12, 4))],
+        typed=[("five", np.array(5, np.int64))]),
+    # BOOL inputs are int32 in Core ML (cast to bool inside), FLOAT16 ones fp32 (cast to fp16 inside)
+    "bool_and_fp16_inputs": _model([helper.make_node("Where", ["c", "x", "y"], ["w"]),
+                                    helper.make_node("Cast", ["h"], ["hf"], to=1),
+                                    helper.make_node("Add", ["w", "hf"], ["o"])],
+                                   [("c", [2, 3], TensorProto.BOOL), ("x", [2, 3]), ("y", [2, 3]),
+                                    ("h", [2, 3], TensorProto.FLOAT16)], ["o"]),
+    # a flexible batch N: Shape chains fold to sizes holding N, computed at run time where they are needed;
+    # validated at the sample's N and at N + 1
+    "flexible_shape_chain": _model(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"]),
+         helper.make_node("Unsqueeze", ["n", "zero1"], ["nu"]),
+         helper.make_node("Concat", ["nu", "tail"], ["shp"], axis=0), helper.make_node("Reshape", ["x", "shp"], ["r"]),
+         helper.make_node("Concat", ["nu", "minus1"], ["shp2"], axis=0),
+         helper.make_node("Reshape", ["x", "shp2"], ["r2"]),
+         helper.make_node("Mul", ["n", "six"], ["n6"]), helper.make_node("Div", ["n6", "two"], ["n3"]),
+         helper.make_node("Unsqueeze", ["n3", "zero1"], ["n3u"]),
+         helper.make_node("Concat", ["n3u", "minus1"], ["shp3"], axis=0),
+         helper.make_node("Reshape", ["x", "shp3"], ["r3"]),
+         helper.make_node("Concat", ["nu", "five"], ["zs"], axis=0),
+         helper.make_node("ConstantOfShape", ["zs"], ["z"], value=numpy_helper.from_array(np.array([1.5], np.float32))),
+         helper.make_node("Concat", ["nu", "three"], ["es"], axis=0),
+         helper.make_node("Expand", ["b", "es"], ["e"]),
+         helper.make_node("Range", ["zero", "n6", "two"], ["ints"]),
+         helper.make_node("Cast", ["ints"], ["steps"], to=1),
+         helper.make_node("Add", ["steps", "b"], ["y"])],
+        [("x", ["N", 4, 6])], ["r", "r2", "r3", "z", "e", "y"], [("b", _w(1, 1))],
+        typed=[("zero", np.array(0, np.int64)), ("zero1", np.array([0], np.int64)),
+               ("tail", np.array([2, 12], np.int64)), ("minus1", np.array([-1], np.int64)),
+               ("six", np.array(6, np.int64)), ("two", np.array(2, np.int64)), ("five", np.array([5], np.int64)),
+               ("three", np.array([3], np.int64))]),
 }
 for _name, _inputs in {"squeeze_reduce_clip": ("ax0", "ax3"), "layer_norm_gather_slice_pad": ("idx", "st", "en", "axs",
                                                                                              "pads")}.items():
@@ -161,13 +267,145 @@ def test_a_wrong_lowering_is_caught(tmp_path, monkeypatch):
     assert rep["status"] == "failed" and rep["hops"][-1]["to"] == "coreml"
 
 
+def test_deployment_target_is_checked_per_node(cli, tmp_path):
+    """Asymmetric linear resize needs iOS 16's half_pixel_centers: at iOS 15 it is refused naming the node and
+    the target that works; half-pixel resize maps to iOS 15's own meaning of align_corners=False and passes."""
+    def resize(coords):
+        return _model([helper.make_node("Resize", ["x", "", "sc"], ["y"], name="up", mode="linear",
+                                        coordinate_transformation_mode=coords)],
+                      [("x", [1, 2, 5, 6])], ["y"], [("sc", np.array([1, 1, 2, 2]))])
+    onnx.save(resize("asymmetric"), tmp_path / "asym.onnx")
+    assert_one_line_error(cli("convert", tmp_path / "asym.onnx", "--to", "coreml", "-o", tmp_path / "a.mlpackage",
+                              "--target", "iOS15"), 2, "node 'up' (Resize)", "needs --target iOS16")
+    onnx.save(resize("half_pixel"), tmp_path / "half.onnx")
+    rep = onnxbridge.convert(tmp_path / "half.onnx", to="coreml", output=tmp_path / "h.mlpackage",
+                             target="iOS15").report
+    assert rep["status"] == "passed" and rep["artifact"]["backend"]["spec_version"] == 6
+
+
+def test_coremltools_target_errors_name_the_target():
+    from onnxbridge.backends.coreml.package import _rejection
+
+    msg = ("No available version for resize in the coremltools.target.iOS16 opset. Please update the "
+           "minimum_deployment_target to at least coremltools.target.iOS17")
+    assert _rejection(ValueError(msg), "iOS16") == "MIL op 'resize' needs --target iOS17 or newer (building for iOS16)"
+    assert _rejection(ValueError("Incompatible dim 1"), "iOS16").startswith("Core ML rejects the lowering")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the unclamped run's NaN
+def test_fp16_clamps_float_max_masks(tmp_path, monkeypatch):
+    """A -FLT_MAX attention mask becomes -inf in fp16 and a fully masked softmax row NaN; clamped to -65504 it
+    matches onnxruntime's fp32 (uniform row). Without the clamp the Core ML hop fails."""
+    from onnxbridge.backends.coreml import package
+
+    mask = np.zeros((3, 5), np.float32)
+    mask[0, :] = mask[1, 2:] = -np.finfo(np.float32).max
+    onnx.save(_model([helper.make_node("Add", ["x", "mask"], ["a"]), helper.make_node("Softmax", ["a"], ["y"])],
+                     [("x", [3, 5])], ["y"], [("mask", mask)]), tmp_path / "m.onnx")
+    rep = onnxbridge.convert(tmp_path / "m.onnx", to="coreml", output=tmp_path / "m.mlpackage", precision="fp16").report
+    assert rep["status"] == "passed"
+    monkeypatch.setattr(package, "clamp_fp16", lambda v: v)
+    rep = onnxbridge.convert(tmp_path / "m.onnx", to="coreml", output=tmp_path / "n.mlpackage", precision="fp16").report
+    assert rep["status"] == "failed"
+
+
+def test_dtype_policy_saturates_int64():
+    from onnxbridge.backends.coreml.lower import narrow
+
+    got = narrow(np.array([2 ** 62, -2 ** 62, 7], np.int64))
+    assert got.dtype == np.int32 and got.tolist() == [2 ** 31 - 1, -2 ** 31, 7]  # astype would wrap INT64_MAX to -1
+    assert narrow(np.array([1.5])).dtype == np.float32
+
+
+def test_rank_above_5_names_the_node(cli, tmp_path):
+    src = tmp_path / "r6.onnx"
+    onnx.save(_model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="to6d")], [("x", [2, 3, 4, 5])], ["y"],
+                     typed=[("shape", np.array([1, 2, 1, 3, 4, 5], np.int64))]), src)
+    assert_one_line_error(cli("convert", src, "--to", "coreml", "-o", tmp_path / "r.mlpackage"), 2,
+                          "node 'to6d' (Reshape)", "rank 6", "rank <= 5")
+
+
+@pytest.mark.parametrize("dynamic,bounds", [("x:0", [1, 1024]), ("x:0:batch:1..8", [1, 8])])
+def test_flexible_batch(cli, tmp_path, dynamic, bounds):
+    """--dynamic becomes a RangeDim (its min..max, else 1..1024) with the sample's size as default; the host
+    evaluator runs the saved program at every validated size (the grown batch, and the range's ends)."""
+    import coremltools as ct
+
+    out = tmp_path / "cnn.mlpackage"
+    res = cli("convert", FACTORY, "--to", "coreml", "-o", out, "--opset", "17", "--dynamic", dynamic,
+              "--report", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    rep = check_report(tmp_path / "r.json")
+    assert rep["hops"][-1]["status"] == "passed"
+    batches = [s["x"][0] for s in rep["inputs"]["samples"]]
+    assert batches == ([2, 3, 1, 8] if bounds == [1, 8] else [2, 3])  # sample, grown, the range's ends
+    desc = ct.models.MLModel(str(out), skip_model_load=True).get_spec().description.input[0]
+    ranges = [[r.lowerBound, r.upperBound] for r in desc.type.multiArrayType.shapeRange.sizeRanges]
+    assert ranges == [bounds, [3, 3], [32, 32], [32, 32]] and list(desc.type.multiArrayType.shape)[0] == 2
+    assert rep["artifact"]["backend"]["flexible_inputs"] == {"x": ranges}
+    info = cli("inspect", out, "--json")
+    assert info.exit_code == 0, info.output
+    facts = json.loads(info.stdout)
+    assert facts["inputs"][0]["shape_range"] == ranges and facts["outputs"][0]["shape"][0] is None
+
+
+def test_check_lists_every_blocker_without_converting(cli, tmp_path):
+    """Unknown op, rank 6, refused attribute, unsupported einsum, op too new for the target: each named; a node
+    fed by a refused one is not reported again, and nothing is written."""
+    from onnxbridge.backends.coreml.package import check
+
+    model = _model([helper.make_node("Hardmax", ["x"], ["h"], name="hm"),
+                    helper.make_node("Relu", ["h"], ["r"], name="after_hm"),
+                    helper.make_node("Resize", ["x", "", "sc"], ["u"], name="up", mode="linear",
+                                     coordinate_transformation_mode="asymmetric"),
+                    helper.make_node("Reshape", ["x", "shape"], ["y6"], name="to6d"),
+                    helper.make_node("ArgMax", ["x"], ["am"], name="am", select_last_index=1),
+                    helper.make_node("Einsum", ["x", "x"], ["es"], name="es", equation="abcd,abcd->a"),
+                    helper.make_node("Sigmoid", ["x"], ["ok"], name="fine")],
+                   [("x", [1, 2, 3, 4])], ["r", "u", "y6", ("am", TensorProto.INT64), "es", "ok"],
+                   [("sc", np.array([1, 1, 2, 2]))], typed=[("shape", np.array([1, 1, 1, 2, 3, 4], np.int64))])
+    expected = ["node 'hm' (Hardmax): no Core ML lowering", "node 'to6d' (Reshape): output 'y6' has rank 6",
+                "node 'am' (ArgMax): select_last_index=1", "node 'es' (Einsum): equation 'abcd,abcd->a'"]
+    found = check(model, "iOS16")
+    assert len(found) == 4 and all(f.startswith(e) for f, e in zip(found, expected)), found
+    assert any("node 'up' (Resize)" in f and "needs --target iOS16" in f for f in check(model, "iOS15"))
+    onnx.save(model, tmp_path / "m.onnx")
+    res = cli("check", tmp_path / "m.onnx", "--targets", "coreml")
+    assert res.exit_code == 2 and all(f"coreml: {e}" in res.output for e in expected), res.output
+    res = cli("check", tmp_path / "m.onnx", "--targets", "coreml", "--target", "iOS15")
+    assert res.exit_code == 2 and "coreml: node 'up' (Resize)" in res.output and "needs --target iOS16" in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("name", ["transformer", "lstm"])
+def test_flexible_batch_through_shape_chains(models, tmp_path, name):
+    """torch computes reshape targets (attention heads) and zero LSTM states from Shape chains; with a dynamic
+    batch those sizes stay symbolic (reshape infers them, or they are computed at run time) instead of baking in
+    the sample's batch: the grown batch (3) passes."""
+    model, sample = getattr(models, name)()
+    rep = onnxbridge.convert(model, sample, to="coreml", output=tmp_path / "m.mlpackage", opset=17,
+                             dynamic=["x:0"]).report
+    assert rep["status"] == "passed" and [s["x"][0] for s in rep["inputs"]["samples"]] == [2, 3]
+    assert rep["artifact"]["backend"]["flexible_inputs"]["x"][0] == [1, 1024]
+    if name == "lstm":  # zero states of the run-time batch
+        assert {"shape", "fill"} <= set(rep["artifact"]["backend"]["ops"])
+
+
 def test_bad_inputs(cli, tmp_path):
     src = tmp_path / "topk.onnx"
     onnx.save(_model([helper.make_node("Hardmax", ["x"], ["y"], name="hm")], [("x", [2, 3])], ["y"]), src)
     assert_one_line_error(cli("convert", src, "--to", "coreml", "-o", tmp_path / "a.mlpackage"), 2,
                           "node 'hm' (Hardmax)", "no Core ML lowering")
-    assert_one_line_error(cli("convert", FACTORY, "--to", "coreml", "-o", tmp_path / "b.mlpackage", "--dynamic", "x:0"),
-                          2, "symbolic shape")
+    src = tmp_path / "eq.onnx"
+    onnx.save(_model([helper.make_node("Einsum", ["a", "b"], ["y"], name="es", equation="ij,ij->i")],
+                     [("a", [2, 3]), ("b", [2, 3])], ["y"]), src)
+    assert_one_line_error(cli("convert", src, "--to", "coreml", "-o", tmp_path / "b.mlpackage"), 2,
+                          "node 'es' (Einsum)", "equation 'ij,ij->i'")
+    src = tmp_path / "am.onnx"
+    onnx.save(_model([helper.make_node("ArgMax", ["x"], ["y"], name="am", select_last_index=1)], [("x", [2, 3])],
+                     [("y", TensorProto.INT64)]), src)
+    assert_one_line_error(cli("convert", src, "--to", "coreml", "-o", tmp_path / "b.mlpackage"), 2,
+                          "node 'am' (ArgMax)", "select_last_index")
     assert_one_line_error(cli("convert", FACTORY, "--to", "coreml", "-o", tmp_path / "c.mlpackage", "--target", "iOS9"),
                           2, "unknown Core ML target")
     assert_one_line_error(cli("convert", FACTORY, "--to", "coreml", "-o", tmp_path / "d.onnx"), 2, ".mlpackage")
