@@ -11,7 +11,7 @@ A backend other than onnx also defines:
 
 - ``OPTIONS``: the build options it takes beyond ``target``/``precision`` (the spine refuses the others);
 - ``build(onnx_path, output, *, target, precision, context, **options) -> dict``: writes ``output`` atomically and
-  returns facts for the report; a ``"warnings"`` list is moved to the report's warnings, and a ``"runner"``
+  returns facts for the report; ``"warnings"`` and ``"notes"`` lists are moved to the report's, and a ``"runner"``
   callable (popped before the report) runs what was just built for the backend hop when ``runner(output)`` could
   not (e.g. the prepared model behind a DLC). ``context`` is a ``BuildContext``;
 - ``check(model, context) -> list[str]``: every blocker, without building (``onnxbridge check --targets``).
@@ -48,6 +48,7 @@ class BuildContext:
     ``workdir``: scratch space that lives until validation is over; ``progress``: a ``Progress``.
     """
 
+    target: str | None = None
     sample_shapes: dict[str, tuple] = field(default_factory=dict)
     dynamic: list = field(default_factory=list)
     input_shapes: dict[str, tuple] = field(default_factory=dict)

@@ -297,10 +297,11 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
 @click.option("--opset", type=click.IntRange(7, 30), help="Also check that the model can move to this opset.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
               help="Shapes the conversion would fix (a DLC needs static shapes).")
+@click.option("--target", metavar="TARGET", help="Deployment target to check against (Core ML: iOS15..iOS18).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.pass_context
 @handle_errors
-def check(ctx, model, targets, opset, input_shapes, report):
+def check(ctx, model, targets, opset, input_shapes, target, report):
     """List every node or setting of MODEL (ONNX) that stops it from reaching each target, without converting.
 
     Exits 0 when nothing blocks, 2 when something does.
@@ -308,7 +309,7 @@ def check(ctx, model, targets, opset, input_shapes, report):
     from onnxbridge.spine import check_targets
 
     names = [t.strip() for item in targets for t in item.split(",") if t.strip()]
-    rep = check_targets(model, names, opset=opset, input_shapes=list(input_shapes), report=report)
+    rep = check_targets(model, names, opset=opset, input_shapes=list(input_shapes), target=target, report=report)
     console = _console(ctx)
     for line in rep["blockers"]:
         click.echo(line)

@@ -71,7 +71,9 @@ def summarize(path: str | Path) -> dict:
 
 
 def _shape(s) -> str:
-    return "?" if s is None else "[" + ", ".join("?" if d is None else str(d) for d in s) + "]"
+    from rich.markup import escape
+
+    return "?" if s is None else escape("[" + ", ".join("?" if d is None else str(d) for d in s) + "]")
 
 
 def _io_table(info: dict):

@@ -296,7 +296,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
         if backend is not None:
             from onnxbridge.backends import BuildContext
 
-            context = BuildContext(sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
+            context = BuildContext(target=target, sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
                                    dynamic=list(src.dynamic), input_shapes={s.name: tuple(s.shape) for s in (
                                        parse_input_shape(x) if isinstance(x, str) else x for x in input_shapes)},
                                    calibration=load_npz(calibration) if calibration is not None else None,
@@ -306,6 +306,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                 facts = backend.build(dest, out_path, target=target, precision=precision, context=context,
                                       **backend_options)
                 rep["warnings"] += facts.pop("warnings", [])
+                rep["notes"] += facts.pop("notes", [])
                 built_runner = facts.pop("runner", None)
                 rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to,
                                    "bytes": _size(out_path),
@@ -388,9 +389,10 @@ def check_opset(model: "str | Path | onnx.ModelProto", opset: int, *, report: st
 
 
 def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | None = None,
-                  input_shapes: Sequence[str | TensorSpec] = (), report: str | Path | None = None) -> dict:
+                  input_shapes: Sequence[str | TensorSpec] = (), target: str | None = None,
+                  report: str | Path | None = None) -> dict:
     """Every blocker that stops ``model`` (ONNX) from reaching each backend in ``targets`` (and ``opset`` when
-    given), found without converting: a report with command ``check``, status ``passed`` or ``blocked``, the
+    given; ``target``: a deployment target such as Core ML's iOS16), found without converting: a report with command ``check``, status ``passed`` or ``blocked``, the
     ``blockers`` (each prefixed with its target) and ``targets`` (per backend: available, reason, blockers)."""
     from onnxbridge.backends import BACKENDS, BuildContext, module_of
 
@@ -399,7 +401,7 @@ def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | N
     rep.setdefault("blockers", [])
     rep["blockers"] = [f"onnx@{opset}: {b}" for b in rep["blockers"]]
     specs = [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes]
-    context = BuildContext(input_shapes={s.name: tuple(s.shape) for s in specs})
+    context = BuildContext(target=target, input_shapes={s.name: tuple(s.shape) for s in specs})
     rep["targets"] = {}
     for target in targets:
         status = BACKENDS.status(target)  # also refuses an unknown name

@@ -104,7 +104,7 @@ def test_int8_qdq_dlc_has_quantized_tensors(models, tmp_path, cli):
     check_report(tmp_path / "r.json")
     hop = rep["hops"][-1]
     assert (hop["to"], hop["status"], hop["tolerance"]["precision"]) == ("dlc", "passed", "int8"), hop
-    assert any("8 batch(es)" in n for n in rep["artifact"]["backend"]["notes"])
+    assert any("8 batch(es)" in n for n in rep["notes"])
     info = _reader_checks(out)
     assert info["quantized_tensors"] > 10 and info["dtypes"].get("ufixed8", 0) > 10
     assert {i["storage"] for i in info["inputs"] + info["outputs"]} == {"uint8"}
@@ -175,7 +175,7 @@ def test_opset_above_what_qairt_takes_is_adapted(tmp_path, monkeypatch):
     src = _conv_relu(tmp_path / "m.onnx", batch=1)
     rep = onnxbridge.convert(src, to="dlc", output=tmp_path / "m.dlc").report
     facts = rep["artifact"]["backend"]
-    assert facts["prepared_opset"] == 13 and any("opset 17 adapted to 13" in n for n in facts["notes"])
+    assert facts["prepared_opset"] == 13 and any("opset 17 adapted to 13" in n for n in rep["notes"])
     assert rep["hops"][-1]["status"] == "passed"
 
 
