@@ -30,8 +30,15 @@ def check(onnx_path: Path, context=None) -> list[str]:
 
 
 def runner(path: Path, *, onnx_path: Path | None = None):
-    from onnxbridge.backends.coreml.package import Runner
+    """Core ML's own ``predict`` on macOS; elsewhere (Core ML runs only there) our numpy evaluation of the saved MIL
+    program. ``ONNXBRIDGE_COREML_HOST=1`` forces the host evaluator on macOS too."""
+    import os
+    import platform
 
+    from onnxbridge.backends.coreml.package import PredictRunner, Runner
+
+    if platform.system() == "Darwin" and os.environ.get("ONNXBRIDGE_COREML_HOST") != "1":
+        return PredictRunner(path)
     return Runner(path)
 
 

@@ -431,18 +431,35 @@ class Runner:
         self.dtypes = {name: var.dtype for name, var in self.function.inputs.items()}
         self.outputs = [d.name for d in spec.description.output]
 
-    def __call__(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        from onnxbridge.backends.coreml.evaluate import run
-
+    def feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The inputs as the package takes them: MIL names, int32 (saturated) or fp32."""
         from coremltools.converters.mil.mil import types
 
         named = {_mil_name(k): np.asarray(v) for k, v in feeds.items()}
-        for name, dtype in self.dtypes.items():  # what a caller passes: int32 (saturated) or fp32
+        for name, dtype in self.dtypes.items():
             value = named[name]
             if dtype == types.int32:
                 named[name] = np.clip(value, INT32.min, INT32.max).astype(np.int32)
             elif value.dtype != np.float32:
                 named[name] = value.astype(np.float32)
-        result = run(self.function, {n: named[n] for n in self.inputs})
+        return {n: named[n] for n in self.inputs}
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        from onnxbridge.backends.coreml.evaluate import run
+
+        return self._outputs(run(self.function, self.feeds(feeds)))
+
+    def _outputs(self, result: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return [np.asarray(result[n], np.float32) if np.asarray(result[n]).dtype == np.float16 else result[n]
                 for n in self.outputs]
+
+
+class PredictRunner(Runner):
+    """Core ML itself (``MLModel.predict``, macOS only), with the same input and output handling as ``Runner``."""
+
+    def __init__(self, path: Path):
+        super().__init__(path)
+        self.model = import_ct().models.MLModel(str(path))
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._outputs(self.model.predict(self.feeds(feeds)))

@@ -447,3 +447,44 @@ def test_light_zoo_converts_and_matches(name, tmp_path):
     assert [list(i.type.multiArrayType.shape) for i in spec.description.input] == \
         [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input
          if i.name not in {t.name for t in model.graph.initializer}]
+
+
+def test_macos_runs_core_ml_itself(monkeypatch, tmp_path):
+    """On macOS the hop uses MLModel.predict (Core ML itself), fed and read like the host evaluator; elsewhere, or
+    with ONNXBRIDGE_COREML_HOST=1, the numpy evaluation of the saved program."""
+    import platform
+
+    import coremltools as ct
+
+    import onnxbridge.backends.coreml as coreml
+    from onnxbridge.backends.coreml.package import PredictRunner, Runner
+
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", [2, 3])], ["y"])
+    onnx.save(model, tmp_path / "m.onnx")
+    assert onnxbridge.convert(tmp_path / "m.onnx", to="coreml", output=tmp_path / "m.mlpackage").passed
+    seen = {}
+
+    real = ct.models.MLModel
+
+    class Predicting:  # what MLModel.predict returns on a Mac: a dict of outputs by name
+        def predict(self, feeds):
+            seen["feeds"] = feeds
+            return {"y": np.maximum(feeds["x"], 0).astype(np.float16)}
+
+    def mlmodel(path, *args, **kwargs):  # the spec is read as usual; loading for predict is the Mac's part
+        if kwargs.get("skip_model_load"):
+            return real(path, *args, **kwargs)
+        seen["path"] = path
+        return Predicting()
+
+    assert type(coreml.runner(tmp_path / "m.mlpackage")) is Runner  # Linux: Core ML cannot predict here
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(ct.models, "MLModel", mlmodel)
+    run = coreml.runner(tmp_path / "m.mlpackage")
+    assert isinstance(run, PredictRunner)
+    x = np.array([[-1.0, 2.0, -3.0], [4.0, -5.0, 6.0]])
+    out = run({"x": x})
+    assert seen["path"] == str(tmp_path / "m.mlpackage") and seen["feeds"]["x"].dtype == np.float32
+    assert out[0].dtype == np.float32 and np.array_equal(out[0], np.maximum(x, 0))
+    monkeypatch.setenv("ONNXBRIDGE_COREML_HOST", "1")
+    assert type(coreml.runner(tmp_path / "m.mlpackage")) is Runner
