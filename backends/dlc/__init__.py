@@ -10,16 +10,15 @@ from pathlib import Path
 
 NAME = "dlc"
 SUFFIXES = (".dlc",)
-OPTIONS = ("calibration", "flavour")
+OPTIONS = ("calibration", "flavour")  # --calibration reaches build() loaded, as context.calibration
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
-          calibration: dict | None = None, flavour: str | None = None) -> dict:
+          flavour: str | None = None) -> dict:
     """Write ``output`` atomically; facts for the report (``runner``: the HTP-simulator check of what was built)."""
     from onnxbridge.backends.dlc.convert import build as build_dlc
 
-    return build_dlc(onnx_path, output, target=target, precision=precision, context=context,
-                     calibration=calibration, flavour=flavour)
+    return build_dlc(onnx_path, output, target=target, precision=precision, context=context, flavour=flavour)
 
 
 def check(onnx_path: Path, context=None) -> list[str]:

@@ -138,14 +138,11 @@ def _sdk_build(found, prepared: Prepared, model_path: Path, folder: Path, precis
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
-          calibration: dict | None = None, flavour: str | None = None) -> dict:
-    """Write ``output`` (.dlc) from ``onnx_path``; the facts for the report, with the dlc hop's ``runner``."""
+          flavour: str | None = None) -> dict:
+    """Write ``output`` (.dlc) from ``onnx_path``; the facts for the report, with the dlc hop's ``runner``
+    (``context.calibration``: the loaded ``--calibration`` arrays, for int8)."""
     output = Path(output)
-    calibration = calibration if calibration is not None else getattr(context, "calibration", None)
-    if isinstance(calibration, (str, Path)):
-        from onnxbridge.specs import load_npz
-
-        calibration = load_npz(calibration)
+    calibration = getattr(context, "calibration", None)
     if target is not None:
         raise BadInputError("--target does not apply to --to dlc (a DLC is built for QNN/SNPE runtimes in general)")
     if precision not in PRECISIONS:
