@@ -128,8 +128,6 @@ def render(report: dict, console) -> None:
             worst = max((o.get("max_abs", 0.0) for o in drift["outputs"]), default=0.0)
             state = "within tolerance" if drift["passed"] else "[red]outside tolerance[/]"
             console.print(f"[dim]against the source framework:[/] {state} (max abs {worst:.2e})")
-        if hop["status"] == "skipped":
-            console.print(f"[yellow]skipped:[/] {hop.get('skipped_reason', 'not run')}")
         lat = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in hop["latency_s"].items() if v is not None)
         if lat:
             console.print(f"[dim]latency: {lat} ({hop.get('latency_method', 'mean of the validation runs')})[/]")

@@ -141,7 +141,7 @@ def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: boo
     model = load_onnx(onnx_path, load_external_data=True)
     problems = shape_blockers(model, input_shapes)
     if problems:
-        raise BadInputError("; ".join(problems), hint="a DLC has static input shapes")
+        raise BadInputError("; ".join(problems))
     notes = []
     fixed = _fix_shapes(model, input_shapes)
     if fixed:
