@@ -82,7 +82,9 @@ def _io_table(info: dict):
     io = Table("", "name", "dtype", "shape", title="inputs / outputs", title_justify="left")
     for kind in ("inputs", "outputs"):
         for v in info.get(kind, []):
-            io.add_row(kind[:-1], v["name"], str(v["dtype"]), _shape(v["shape"]))
+            shape = _shape(v["shape"]) if "shape_range" not in v else \
+                "[" + ", ".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in v["shape_range"]) + "]"
+            io.add_row(kind[:-1], v["name"], str(v["dtype"]), shape)
     return io
 
 

@@ -179,3 +179,17 @@ def test_check_targets_lists_blockers_per_target(cli, tmp_path):
     res = cli("check", good, "--targets", "coreml", "--opset", "13")
     assert res.exit_code == 0, res.output
     assert_one_line_error(cli("check", good, "--targets", "nope"), 2, "unknown backend 'nope'")
+
+
+def test_inspect_shows_a_backend_artifact(cli, tmp_path):
+    """inspect renders any backend's artifact: format, I/O (Core ML's flexible ranges as LO..HI) and ops."""
+    pytest.importorskip("coremltools")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), tmp_path / "m.onnx")
+    assert cli("convert", tmp_path / "m.onnx", "--to", "coreml", "-o", tmp_path / "m.mlpackage").exit_code == 0
+    res = cli("inspect", tmp_path / "m.mlpackage")
+    assert res.exit_code == 0 and "coreml" in res.stdout and "[1..1024, 3]" in res.stdout and "relu" in res.stdout
+    info = json.loads(cli("inspect", tmp_path / "m.mlpackage", "--json").stdout)
+    assert info["format"] == "coreml" and info["inputs"][0]["shape_range"][0] == [1, 1024]
