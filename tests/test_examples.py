@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, check_report
 
 
 @pytest.mark.parametrize("script", ["adapt_opsets.py", "convert_torch.py", "convert_sklearn.py",
@@ -17,3 +17,6 @@ def test_example_runs(script, tmp_path):
                          text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "passed" in out.stdout  # each script exits non-zero when a conversion fails
+    reports = [p for p in tmp_path.rglob("*.json") if '"schema_version"' in p.read_text()[:200]]
+    for report in reports:  # the reports the scripts write match the published schema too
+        check_report(report)
