@@ -31,6 +31,7 @@ BACKENDS = Registry("backend", [
     Plugin("coreml", "onnxbridge.backends.coreml", requires=("coremltools",), extra="coreml",
            description="Core ML .mlpackage (ML program) via our ONNX -> MIL lowering; checked on the host"),
     Plugin("dlc", "onnxbridge.backends.dlc", requires=("onnxruntime-qnn",), extra="qnn",
+           toolchain="onnxbridge.backends.dlc.sdk:find",
            description="Qualcomm SNPE/QAIRT .dlc: the QAIRT SDK's tools when installed, else onnxruntime-qnn's "
                        "QnnIr serializer; checked on the HTP simulator"),
     Plugin("tensorrt", "onnxbridge.backends.tensorrt", any_of=("tensorrt-rtx-cu12", "tensorrt"), extra="tensorrt",

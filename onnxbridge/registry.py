@@ -20,6 +20,8 @@ class Plugin:
     extra: str | None = None
     description: str = ""
     any_of: tuple[str, ...] = ()  # needs at least one of these (e.g. tensorrt or tensorrt-rtx)
+    toolchain: str | None = None  # "module:function": a cheap check for a non-pip toolchain that can stand in for
+    # ``requires`` (the QAIRT SDK on PATH for dlc); its truthy result means nothing is missing
 
 
 def dist_version(dist: str) -> str | None:
@@ -53,6 +55,10 @@ class Registry:
         missing = [d for d in plugin.requires if dist_version(d) is None]
         if plugin.any_of and all(dist_version(d) is None for d in plugin.any_of):
             missing.append(" or ".join(plugin.any_of))
+        if missing and plugin.toolchain:
+            module, _, function = plugin.toolchain.partition(":")
+            if getattr(importlib.import_module(module), function)():
+                return []
         return missing
 
     def load(self, name: str) -> ModuleType:

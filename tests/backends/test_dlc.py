@@ -333,6 +333,18 @@ def test_sdk_path_builds_the_command_lines(cnn_dlc, tmp_path, monkeypatch):
     rep = onnxbridge.convert(onnx_path, to="dlc", output=tmp_path / "ir.dlc", flavour="qnn-ir", validate=False).report
     assert rep["artifact"]["backend"]["flavour"] == "qnn-ir" and len(log.read_text().splitlines()) == 3
 
+    # an SDK-only user (no onnxruntime-qnn) still converts: the SDK stands in for the pip toolchain (no hop)
+    import onnxbridge.registry as registry
+    from onnxbridge.backends import BACKENDS
+
+    real = registry.dist_version
+    monkeypatch.setattr(registry, "dist_version", lambda d: None if d == "onnxruntime-qnn" else real(d))
+    monkeypatch.delitem(BACKENDS._loaded, "dlc", raising=False)
+    assert BACKENDS.status("dlc")["available"]
+    assert onnxbridge.convert(onnx_path, to="dlc", output=tmp_path / "sdk_only.dlc", validate=False)
+    assert (tmp_path / "sdk_only.dlc").read_bytes() == dlc.read_bytes()
+    monkeypatch.setattr(registry, "dist_version", real)
+
 
 def test_sdk_found_under_snpe_root(cnn_dlc, tmp_path, monkeypatch, cli):
     from onnxbridge.backends.dlc import sdk
