@@ -492,3 +492,45 @@ def upsample_nearest(x, scale_factor_height=1, scale_factor_width=1, **_):
     rows = np.minimum(np.floor(np.arange(int(h * sh)) / sh).astype(int), h - 1)
     cols = np.minimum(np.floor(np.arange(int(w * sw)) / sw).astype(int), w - 1)
     return x[..., rows, :][..., cols]
+
+
+def _grid(n_in: int, n_out: int, mode: str) -> np.ndarray:
+    """Source coordinates of MIL's size-based bilinear sampling modes (as resize_bilinear documents them)."""
+    i = np.arange(n_out, dtype=np.float64)
+    if mode in ("STRICT_ALIGN_CORNERS", "ALIGN_CORNERS"):
+        if n_out == 1:
+            points = np.full(1, 0.0 if mode == "STRICT_ALIGN_CORNERS" else (n_in - 1) / 2)
+        else:
+            points = i * (n_in - 1) / (n_out - 1)
+    elif mode == "DEFAULT":
+        points = i * n_in / n_out
+    elif mode == "OFFSET_CORNERS":
+        delta = max(1, n_in - 1) / n_out
+        points = 0.5 * delta + i * delta
+    elif mode == "UNALIGN_CORNERS":
+        points = (i + 0.5) * n_in / n_out - 0.5
+    else:
+        raise UnsupportedError(f"the host evaluator has no bilinear sampling mode {mode}")
+    return np.clip(points, 0, n_in - 1)
+
+
+def _bilinear_to(x, oh: int, ow: int, mode: str):
+    h, w = x.shape[-2:]
+    y = _lerp(x.astype(np.float64), -2, _grid(h, oh, mode))
+    return _lerp(y, -1, _grid(w, ow, mode)).astype(x.dtype)
+
+
+@kernel("resize_bilinear")
+def resize_bilinear(x, target_size_height=1, target_size_width=1, sampling_mode="DEFAULT", **_):
+    return _bilinear_to(x, int(_s(target_size_height)), int(_s(target_size_width)), str(_s(sampling_mode)))
+
+
+@kernel("resize")
+def resize(x, shape, resized_dims, interpolation_mode="LINEAR", sampling_mode="DEFAULT", **_):
+    """iOS 17's resize; LINEAR of the last two axes only (what the lowering emits). A 0 in ``shape`` keeps
+    that size."""
+    dims = int(_s(resized_dims))
+    if str(_s(interpolation_mode)) != "LINEAR" or dims != 2:
+        raise UnsupportedError("the host evaluator runs iOS 17 resize in LINEAR mode over the last two axes only")
+    oh, ow = (int(v) if int(v) else x.shape[i - 2] for i, v in enumerate(np.asarray(shape).reshape(-1)[-2:]))
+    return _bilinear_to(x, oh, ow, str(_s(sampling_mode)))

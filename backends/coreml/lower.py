@@ -70,6 +70,8 @@ class Ctx:
         for a in self.node.attribute:
             if a.name == name:
                 value = onnx.helper.get_attribute_value(a)
+                if isinstance(value, list) and value and isinstance(value[0], bytes):
+                    return [v.decode() for v in value]
                 return value.decode() if isinstance(value, bytes) else value
         return default
 
@@ -212,9 +214,36 @@ def binary(ctx: Ctx):
     mil = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "real_div", "Pow": "pow", "Max": "maximum",
            "Min": "minimum"}[ctx.node.op_type]
     x, y = same_dtype(ctx, ctx.get(0), ctx.get(1))
-    if ctx.node.op_type == "Div" and not _is_float(x):
-        ctx.refuse("integer division truncates in ONNX and floors in MIL; only float division is lowered")
+    if ctx.node.op_type == "Div" and not _is_float(x):  # ONNX (onnxruntime) truncates, MIL's floor_div floors
+        return ctx.mb.identity(x=_trunc_div(ctx, x, y), name=ctx.name())
     return getattr(ctx.mb, mil)(x=x, y=y, name=ctx.name())
+
+
+def _trunc_div(ctx: Ctx, x, y):
+    """Integer x / y rounded toward zero, exactly in int32: the floored quotient, plus one where the
+    remainder is non-zero and x and y differ in sign."""
+    mb = ctx.mb
+    q = mb.floor_div(x=x, y=y)
+    inexact = mb.not_equal(x=mb.sub(x=x, y=mb.mul(x=q, y=y)), y=np.int32(0))
+    signs_differ = mb.logical_xor(x=mb.less(x=x, y=np.int32(0)), y=mb.less(x=y, y=np.int32(0)))
+    fix = mb.select(cond=mb.logical_and(x=inexact, y=signs_differ), a=np.int32(1), b=np.int32(0))
+    return mb.add(x=q, y=fix)
+
+
+@op("Mod")
+def mod(ctx: Ctx):
+    """``fmod=0`` (integers): the remainder takes the divisor's sign, x - floor(x / y) * y; ``fmod=1``: the
+    dividend's, x - trunc(x / y) * y (integers exactly, floats as C's fmod up to rounding)."""
+    x, y = same_dtype(ctx, ctx.get(0), ctx.get(1))
+    mb, fmod = ctx.mb, int(ctx.attr("fmod", 0))
+    if _is_float(x):
+        if not fmod:
+            ctx.refuse("fmod=0 is undefined for floats in ONNX (set fmod=1)")
+        ratio = mb.real_div(x=x, y=y)
+        q = mb.select(cond=mb.less(x=ratio, y=np.float32(0)), a=mb.ceil(x=ratio), b=mb.floor(x=ratio))
+    else:
+        q = _trunc_div(ctx, x, y) if fmod else mb.floor_div(x=x, y=y)
+    return mb.sub(x=x, y=mb.mul(x=q, y=y), name=ctx.name())
 
 
 def _is_float(v) -> bool:
@@ -261,17 +290,60 @@ def pool(ctx: Ctx):
     spatial = len(kernel)
     pads = _mil_pads(ctx.attr("pads"), spatial)
     ceil = bool(ctx.attr("ceil_mode", 0))
-    if ceil and any(pads[2 * i] != pads[2 * i + 1] for i in range(spatial)):
-        ctx.refuse("ceil_mode with asymmetric pads has no Core ML equivalent")
-    if any(d != 1 for d in ctx.attr("dilations", [1] * spatial)):
-        ctx.refuse("dilated pooling has no Core ML equivalent")
     if len(ctx.node.output) > 1 and ctx.node.output[1]:
-        ctx.refuse("the Indices output has no Core ML equivalent")
+        ctx.refuse("the Indices output (flat argmax positions) has no Core ML equivalent; drop that output")
+    dilated = any(d != 1 for d in ctx.attr("dilations", [1] * spatial))
+    asymmetric_ceil = ceil and any(pads[2 * i] != pads[2 * i + 1] for i in range(spatial))
+    if ctx.node.op_type == "MaxPool" and (dilated or asymmetric_ceil):
+        return _max_pool_by_taps(ctx, kernel)
+    if dilated:
+        ctx.refuse("dilations on AveragePool have no Core ML equivalent (MIL's avg_pool has none)")
+    if asymmetric_ceil:
+        ctx.refuse("ceil_mode with asymmetric pads has no Core ML equivalent")
     common = dict(x=ctx.get(0), kernel_sizes=kernel, strides=ctx.attr("strides", [1] * spatial),
                   pad_type=_pad_type(ctx), pad=pads, ceil_mode=ceil, name=ctx.name())
     if ctx.node.op_type == "MaxPool":
         return ctx.mb.max_pool(**common)
     return ctx.mb.avg_pool(**common, exclude_padding_from_average=not ctx.attr("count_include_pad", 0))
+
+
+def _max_pool_by_taps(ctx: Ctx, kernel: list[int]):
+    """MaxPool with dilations, or ceil_mode with asymmetric pads (MIL's max_pool has neither): x padded with
+    -inf, one strided slice per kernel tap, and their elementwise maximum. Output sizes as onnxruntime's
+    (ceil_mode: a last window must start inside the input or its begin padding)."""
+    x, spatial = ctx.get(0), len(kernel)
+    dims = list(x.shape[-spatial:])
+    if not _static(dims):
+        ctx.refuse(f"max pooling by taps (dilations or ceil_mode with asymmetric pads) over the flexible dims of "
+                   f"{list(x.shape)} is not lowered")
+    strides, dilations = ctx.attr("strides", [1] * spatial), ctx.attr("dilations", [1] * spatial)
+    pads, auto = list(ctx.attr("pads") or [0] * (2 * spatial)), ctx.attr("auto_pad", "NOTSET")
+    begin, out, extra = [], [], []
+    for i, (n, k, s, d) in enumerate(zip(dims, kernel, strides, dilations)):
+        span = (k - 1) * d + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):  # the spec's ceil(n / s) outputs; onnxruntime's are fewer
+            ctx.refuse(f"auto_pad={auto} with dilations: onnxruntime and the ONNX spec disagree on the output "
+                       "size; give explicit pads")
+        pb, pe = (0, 0) if auto == "VALID" else (pads[i], pads[i + spatial])
+        size = (n + pb + pe - span) / s
+        o = int(np.ceil(size) if ctx.attr("ceil_mode", 0) else np.floor(size)) + 1
+        if (o - 1) * s >= n + pb:
+            o -= 1
+        begin.append(pb)
+        out.append(o)
+        extra.append(max((o - 1) * s + span - n - pb, 0))
+    rank = x.rank
+    padded = ctx.mb.pad(x=x, pad=np.array([v for b, e in zip(begin, extra) for v in (b, e)], np.int32),
+                        mode="constant", constant_val=float("-inf"))
+    y = None
+    for tap in np.ndindex(*kernel):
+        start = [0] * (rank - spatial) + [t * d for t, d in zip(tap, dilations)]
+        stop = [0] * (rank - spatial) + [t * d + (o - 1) * s + 1 for t, d, o, s in zip(tap, dilations, out, strides)]
+        part = ctx.mb.slice_by_index(x=padded, begin=np.array(start, np.int32), end=np.array(stop, np.int32),
+                                     stride=np.array([1] * (rank - spatial) + list(strides), np.int32),
+                                     end_mask=[True] * (rank - spatial) + [False] * spatial)
+        y = part if y is None else ctx.mb.maximum(x=y, y=part)
+    return ctx.mb.identity(x=y, name=ctx.name())
 
 
 @op("GlobalAveragePool", "GlobalMaxPool")
@@ -354,42 +426,201 @@ def identity(ctx: Ctx):
 
 @op("Resize", "Upsample")
 def resize(ctx: Ctx):
+    """Nearest: MIL's integer upsample where it has ONNX's meaning, else a ``gather`` per resized axis with the
+    source indices ONNX computes (any coordinate mode but tf_crop_and_resize, any ``nearest_mode``). Linear: MIL's
+    bilinear ops where they sample as ONNX (``sizes`` known only at run time: iOS 17's ``resize``), else, as for
+    cubic, a constant interpolation matrix per resized axis (``matmul``)."""
     x = ctx.get(0)
-    if ctx.node.op_type == "Upsample":
-        scales = ctx.const(1, "scales")
-        mode, coords = ctx.attr("mode", "nearest"), "asymmetric"
+    mode = ctx.attr("mode", "nearest")
+    if ctx.node.op_type == "Upsample" or ctx.opset < 11:  # scales only; floor, or ceil when shrinking
+        given = np.array(ctx.attr("scales"), np.float32) if ctx.attr("scales") else ctx.const(1, "scales")
+        coords, by_size, rounding = "asymmetric", False, "simple"
     else:
-        scales, sizes = ctx.const(2, "scales"), ctx.const(3, "sizes")
-        if (scales is None or scales.size == 0) and sizes is not None:
-            scales = np.array(sizes, np.float64) / np.array(x.shape, np.float64)
-        mode, coords = ctx.attr("mode", "nearest"), ctx.attr("coordinate_transformation_mode", "half_pixel")
-    scales = [float(s) for s in scales]
-    if x.rank != 4 or scales[:2] != [1.0, 1.0]:
-        ctx.refuse("only the last two axes of a rank-4 tensor can be resized in Core ML")
-    sh, sw = scales[2], scales[3]
-    if mode == "linear":
-        if coords not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
-            ctx.refuse(f"coordinate_transformation_mode={coords} has no Core ML equivalent")
-        # iOS 15's op has no half_pixel_centers: align_corners=False means half-pixel there
-        if coords == "asymmetric":
-            ctx.needs("iOS16", "linear resize with asymmetric coordinates")
-        extra = {} if ctx.target == "iOS15" else {"half_pixel_centers": coords in ("half_pixel", "pytorch_half_pixel")}
-        return ctx.mb.upsample_bilinear(x=x, scale_factor_height=sh, scale_factor_width=sw,
-                                        align_corners=coords == "align_corners", name=ctx.name(), **extra)
-    if mode == "nearest":
         rounding = ctx.attr("nearest_mode", "round_prefer_floor")
-        integer = sh.is_integer() and sw.is_integer() and min(sh, sw) >= 1
-        # integer upscales copy each pixel s times (MIL's op) when: asymmetric coordinates with floor (or a
-        # rounding that agrees up to 2x); half-pixel ones with round_prefer_* (sources stay within +-0.5 - 0.5/s
-        # of the pixel, so no tie is ever met)
-        asymmetric = coords == "asymmetric" and (rounding == "floor" or max(sh, sw) <= 2)
-        half = coords in ("half_pixel", "pytorch_half_pixel") and rounding in ("round_prefer_floor",
-                                                                               "round_prefer_ceil")
-        if not integer or not (asymmetric or half):
-            ctx.refuse(f"nearest resize with {coords} coordinates, {rounding} rounding and scales {sh}, {sw} "
-                       "has no Core ML equivalent (integer upscales with asymmetric coordinates only)")
-        return ctx.mb.upsample_nearest_neighbor(x=x, scale_factor_height=sh, scale_factor_width=sw, name=ctx.name())
-    ctx.refuse(f"mode={mode} has no Core ML equivalent")
+        coords = ctx.attr("coordinate_transformation_mode", "half_pixel")
+        scales, sizes = ctx.get(2, raw=True), ctx.get(3, raw=True) if len(ctx.node.input) > 3 else None
+        by_size = sizes is not None and not (isinstance(sizes, np.ndarray) and sizes.size == 0)
+        given = sizes if by_size else scales
+        if given is not None and not isinstance(given, np.ndarray):
+            ctx.refuse(f"its {'sizes' if by_size else 'scales'} are computed from run-time data; Core ML needs "
+                       "them constant (or, for linear mode from iOS 17 on, sizes that follow the input's shape)")
+    if mode not in ("nearest", "linear", "cubic"):
+        ctx.refuse(f"mode={mode} is not a Resize mode")
+    if coords == "tf_crop_and_resize":
+        ctx.refuse("coordinate_transformation_mode=tf_crop_and_resize (roi, extrapolation) is not lowered")
+    if ctx.attr("antialias", 0) and mode != "nearest":
+        ctx.refuse("antialias=1 has no Core ML equivalent")
+    if by_size and ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+        ctx.refuse(f"keep_aspect_ratio_policy={ctx.attr('keep_aspect_ratio_policy')} is not lowered")
+    axes = [int(a) % x.rank for a in (ctx.attr("axes") or range(x.rank))]
+    full = [1.0] * x.rank if not by_size else list(x.shape)
+    for a, v in zip(axes, given.tolist() if given.dtype != object else list(given)):
+        full[a] = v
+    if by_size and not _static(full):
+        return _resize_to_runtime_sizes(ctx, x, full, mode, coords)
+    if not by_size:
+        full = [float(s) for s in full]
+    resized = [a for a in range(x.rank) if (full[a] != x.shape[a] if by_size else full[a] != 1.0)]
+    native = _linear_op_fits(x, full, resized, by_size, coords) if mode == "linear" else \
+        mode == "nearest" and _nearest_upsample_fits(x, full, by_size, coords, rounding)
+    if any(not isinstance(x.shape[a], (int, np.integer)) for a in resized) and not native:
+        ctx.refuse(f"resizing the flexible dims of {list(x.shape)} needs their sizes at build time ({mode} mode)")
+    if mode == "linear" and native:
+        return _resize_linear(ctx, x, full, by_size, coords)
+    if mode == "nearest" and native:
+        return ctx.mb.upsample_nearest_neighbor(x=x, scale_factor_height=full[-2], scale_factor_width=full[-1],
+                                                name=ctx.name())
+    y = x
+    for a in resized:
+        n = int(x.shape[a])
+        scale, out = (int(full[a]) / n, int(full[a])) if by_size else (full[a], _scaled_size(n, full[a]))
+        src = _source_coords(ctx, coords, n, out, scale)
+        if mode == "nearest":
+            if coords == "half_pixel_symmetric":  # its sources fall on rounding boundaries, where fp error decides
+                ctx.refuse("nearest mode with half_pixel_symmetric coordinates is not lowered (onnxruntime's "
+                           "rounding at its ties is not reproducible)")
+            y = ctx.mb.gather(x=y, indices=_nearest_indices(ctx, src, n, rounding, scale), axis=a)
+        elif mode == "linear":
+            y = _along_axis(ctx, y, a, _linear_matrix(src, n))
+        else:
+            y = _along_axis(ctx, y, a, _cubic_matrix(src, n, float(ctx.attr("cubic_coeff_a", -0.75)),
+                                                     bool(ctx.attr("exclude_outside", 0))))
+    return ctx.mb.identity(x=y, name=ctx.name())
+
+
+def _scaled_size(n: int, scale: float) -> int:
+    """ONNX's output size for a scale: floor(n * scale), in fp32 as onnxruntime computes it."""
+    return int(np.floor(np.float32(n) * np.float32(scale)))
+
+
+def _nearest_upsample_fits(x, full: list, by_size: bool, coords: str, rounding: str) -> bool:
+    """Whether MIL's integer nearest upsample has ONNX's meaning: rank >= 3, only the last two axes grow by
+    integers, and asymmetric coordinates with floor (or a rounding that agrees up to 2x), or half-pixel ones
+    with round_prefer_* (sources stay within +-0.5 - 0.5/s of the pixel, so no tie is ever met)."""
+    if by_size or x.rank < 3 or any(s != 1.0 for s in full[:-2]):
+        return False
+    sh, sw = full[-2], full[-1]
+    integer = float(sh).is_integer() and float(sw).is_integer() and min(sh, sw) >= 1
+    asymmetric = coords == "asymmetric" and (rounding in ("floor", "simple") or max(sh, sw) <= 2)
+    half = coords in ("half_pixel", "pytorch_half_pixel") and rounding in ("round_prefer_floor", "round_prefer_ceil")
+    return integer and (asymmetric or half)
+
+
+def _source_coords(ctx: Ctx, coords: str, n_in: int, n_out: int, scale: float) -> np.ndarray:
+    """ONNX's source coordinate of each output index along one axis (fp32, as onnxruntime)."""
+    xr, s = np.arange(n_out, dtype=np.float32), np.float32(scale)
+    if coords in ("half_pixel", "pytorch_half_pixel"):
+        if coords == "pytorch_half_pixel" and n_out == 1:
+            return np.zeros(1, np.float32)
+        return (xr + np.float32(0.5)) / s - np.float32(0.5)
+    if coords == "align_corners":
+        return np.zeros(n_out, np.float32) if n_out == 1 else xr * np.float32(n_in - 1) / np.float32(n_out - 1)
+    if coords == "asymmetric":
+        return xr / s
+    if coords == "tf_half_pixel_for_nn":
+        return (xr + np.float32(0.5)) / s
+    if coords == "half_pixel_symmetric":
+        adjust = np.float32(n_out) / (s * np.float32(n_in))
+        offset = np.float32(n_in) / np.float32(2) * (np.float32(1) - adjust)
+        return offset + (xr + np.float32(0.5)) / s - np.float32(0.5)
+    ctx.refuse(f"coordinate_transformation_mode={coords} is not lowered")
+
+
+def _nearest_indices(ctx: Ctx, src: np.ndarray, n_in: int, rounding: str, scale: float) -> np.ndarray:
+    """Source indices of ONNX's ``nearest_mode`` ("simple": Upsample and Resize-10, floor; ceil when shrinking)."""
+    if rounding == "simple":
+        rounding = "ceil" if scale < 1 else "floor"
+    pick = {"round_prefer_floor": lambda v: np.ceil(v - np.float32(0.5)),
+            "round_prefer_ceil": lambda v: np.floor(v + np.float32(0.5)), "floor": np.floor, "ceil": np.ceil}
+    if rounding not in pick:
+        ctx.refuse(f"nearest_mode={rounding} is not a Resize rounding")
+    return np.clip(pick[rounding](src), 0, n_in - 1).astype(np.int32)
+
+
+def _cubic_matrix(src: np.ndarray, n_in: int, a: float, exclude_outside: bool) -> np.ndarray:
+    """[n_out, n_in] weights of ONNX's cubic convolution (coefficient ``a``) at the source coordinates ``src``:
+    taps floor(x)-1 .. floor(x)+2, edge-clamped, or dropped and renormalised with ``exclude_outside``."""
+    base = np.floor(src.astype(np.float64))
+    t = src.astype(np.float64) - base
+    dist = np.stack([t + 1, t, 1 - t, 2 - t], axis=1)  # |x - tap| for the four taps
+    near = ((a + 2) * dist - (a + 3)) * dist * dist + 1
+    far = ((a * dist - 5 * a) * dist + 8 * a) * dist - 4 * a
+    weights = np.where(dist <= 1, near, far)
+    taps = base[:, None].astype(np.int64) + np.arange(-1, 3)
+    inside = (taps >= 0) & (taps < n_in)
+    if exclude_outside:
+        weights = np.where(inside, weights, 0.0)
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    matrix = np.zeros((len(src), n_in))
+    for k in range(4):
+        np.add.at(matrix, (np.arange(len(src)), np.clip(taps[:, k], 0, n_in - 1)), weights[:, k])
+    return matrix.astype(np.float32)
+
+
+def _along_axis(ctx: Ctx, x, axis: int, matrix: np.ndarray):
+    """``matrix`` [n_out, n_in] applied along ``axis`` of x (moved last for a matmul, then back)."""
+    last = x.rank - 1
+    if axis == last:
+        return ctx.mb.matmul(x=x, y=np.ascontiguousarray(matrix.T))
+    perm = list(range(x.rank))
+    perm[axis], perm[last] = last, axis
+    y = ctx.mb.matmul(x=ctx.mb.transpose(x=x, perm=perm), y=np.ascontiguousarray(matrix.T))
+    return ctx.mb.transpose(x=y, perm=perm)
+
+
+# ONNX coordinate modes as the sampling modes of MIL's size-based bilinear ops (they resample at n_in / n_out)
+SAMPLING = {"half_pixel": "UNALIGN_CORNERS", "pytorch_half_pixel": "UNALIGN_CORNERS",
+            "align_corners": "STRICT_ALIGN_CORNERS", "asymmetric": "DEFAULT"}
+
+
+def _linear_op_fits(x, full: list, resized: list, by_size: bool, coords: str) -> bool:
+    """Whether MIL's bilinear ops have ONNX's meaning: the last two axes of rank >= 3, a coordinate mode they
+    sample like, and no pytorch_half_pixel output of size 1 (which samples index 0)."""
+    if x.rank < 3 or any(a < x.rank - 2 for a in resized) or coords not in SAMPLING:
+        return False
+    return not (by_size and coords == "pytorch_half_pixel" and min(int(full[-2]), int(full[-1])) == 1)
+
+
+def _linear_matrix(src: np.ndarray, n_in: int) -> np.ndarray:
+    """[n_out, n_in] weights of ONNX's linear interpolation at the source coordinates (clamped to the input)."""
+    src = np.clip(src.astype(np.float64), 0, n_in - 1)
+    lo = np.floor(src).astype(np.int64)
+    hi = np.minimum(lo + 1, n_in - 1)
+    matrix = np.zeros((len(src), n_in))
+    rows = np.arange(len(src))
+    np.add.at(matrix, (rows, lo), 1 - (src - lo))
+    np.add.at(matrix, (rows, hi), src - lo)
+    return matrix.astype(np.float32)
+
+
+def _resize_linear(ctx: Ctx, x, full: list, by_size: bool, coords: str):
+    """Bilinear on the last two axes: ``upsample_bilinear`` for scales, ``resize_bilinear`` for sizes."""
+    if by_size:
+        oh, ow = int(full[-2]), int(full[-1])
+        return ctx.mb.resize_bilinear(x=x, target_size_height=oh, target_size_width=ow,
+                                      sampling_mode=SAMPLING[coords], name=ctx.name())
+    # iOS 15's op has no half_pixel_centers: align_corners=False means half-pixel there
+    if coords == "asymmetric":
+        ctx.needs("iOS16", "linear resize with asymmetric coordinates")
+    extra = {} if ctx.target == "iOS15" else {"half_pixel_centers": coords in ("half_pixel", "pytorch_half_pixel")}
+    return ctx.mb.upsample_bilinear(x=x, scale_factor_height=full[-2], scale_factor_width=full[-1],
+                                    align_corners=coords == "align_corners", name=ctx.name(), **extra)
+
+
+def _resize_to_runtime_sizes(ctx: Ctx, x, full: list, mode: str, coords: str):
+    """``sizes`` holding flexible sizes (e.g. another input's Shape): iOS 17's ``resize`` of the last two axes to
+    sizes computed at run time; the leading sizes must be the input's own."""
+    if mode != "linear":
+        ctx.refuse(f"{mode} mode to sizes known only at run time has no Core ML equivalent (linear mode has)")
+    if any(_py_int(f) != _py_int(d) for f, d in zip(full[:-2], x.shape[:-2])):
+        ctx.refuse("sizes known only at run time may change only the last two axes in Core ML")
+    if coords not in SAMPLING or coords == "pytorch_half_pixel":
+        ctx.refuse(f"coordinate_transformation_mode={coords} to sizes known only at run time has no Core ML "
+                   "equivalent")
+    ctx.needs("iOS17", "resizing to sizes known only at run time")
+    shape = runtime_shape(ctx, np.array(full[-2:], dtype=object))
+    return ctx.mb.resize(x=x, shape=shape, resized_dims=np.uint32(2), interpolation_mode="LINEAR",
+                         sampling_mode=SAMPLING[coords], name=ctx.name())
 
 
 def _axes(ctx: Ctx, index: int, rank: int) -> list[int] | None:
@@ -510,6 +741,8 @@ def gather(ctx: Ctx):
 
 @op("Slice")
 def slice_(ctx: Ctx):
+    """Constant starts/ends/axes/steps. Axes with negative steps are reversed first (``reverse``), so the
+    slice itself always runs forwards: ``x[s:e:-k]`` is ``reverse(x)[n-1-s : n-1-e : k]``."""
     x = ctx.get(0)
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
@@ -521,12 +754,22 @@ def slice_(ctx: Ctx):
     steps = steps or [1] * len(axes)
     begin, end, stride = [0] * x.rank, [0] * x.rank, [1] * x.rank
     end_mask = [True] * x.rank
+    flipped = []
     for a, s, e, st in zip(axes, starts, ends, steps):
         n = x.shape[a]
+        if st == 0:
+            ctx.refuse("a slice step of 0 is invalid")
+        stride[a] = abs(int(st))
         if st < 0:
-            ctx.refuse("negative slice steps are not lowered yet")
-        stride[a] = int(st)
-        if isinstance(n, (int, np.integer)):
+            flipped.append(a)
+            if isinstance(n, (int, np.integer)):  # ONNX clamps starts to [0, n-1], ends to [-1, n-1]
+                s = min(max(s + n if s < 0 else s, 0), int(n) - 1)
+                e = min(max(e + n if e < 0 else e, -1), int(n) - 1)
+                begin[a], end[a], end_mask[a] = int(n) - 1 - s, int(n) - 1 - e, False
+            elif not ((s == -1 or s >= INT32.max) and e <= INT32.min):  # a flexible dim: reversed whole only
+                ctx.refuse(f"a negative step on the flexible dim {a} is lowered only from the last to the first "
+                           "element (starts -1 or INT_MAX, ends INT_MIN)")
+        elif isinstance(n, (int, np.integer)):
             # saturate: INT64_MAX means "to the end" and must not wrap when narrowed to int32
             begin[a], end[a], end_mask[a] = _clamp(s, n), _clamp(e, n), False
         elif s < 0 or e < 0 and e > -2 ** 31:
@@ -535,6 +778,10 @@ def slice_(ctx: Ctx):
             begin[a] = int(s)
             if e < INT32.max:
                 end[a], end_mask[a] = int(e), False
+    if flipped:
+        x = ctx.mb.reverse(x=x, axes=sorted(flipped))
+        if all(begin[a] == 0 and end_mask[a] and stride[a] == 1 for a in range(x.rank)):
+            return ctx.mb.identity(x=x, name=ctx.name())
     return ctx.mb.slice_by_index(x=x, begin=np.array(begin, np.int32), end=np.array(end, np.int32),
                                  stride=np.array(stride, np.int32), end_mask=end_mask, name=ctx.name())
 
@@ -613,30 +860,151 @@ def _ifoc(w: np.ndarray) -> np.ndarray:
     return np.concatenate([i, f, o, c], axis=0).astype(np.float32)
 
 
+# ONNX RNN activations: which of activation_alpha / activation_beta each takes (with ONNX's defaults)
+RNN_PARAMS = {"Relu": (None, None), "Tanh": (None, None), "Sigmoid": (None, None), "Softsign": (None, None),
+              "Softplus": (None, None), "Affine": (1.0, 0.0), "LeakyRelu": (0.01, None),
+              "ThresholdedRelu": (1.0, None), "ScaledTanh": (1.0, 1.0), "HardSigmoid": (0.2, 0.5), "Elu": (1.0, None)}
+
+
+def _rnn_activations(ctx: Ctx, defaults: list[str], directions: int) -> list[Callable]:
+    """The node's ``activations`` (default ``defaults`` per direction) as functions on MIL vars; alphas and
+    betas are consumed in order by the activations that take them (as onnxruntime)."""
+    names = ctx.attr("activations") or defaults * directions
+    alphas, betas = list(ctx.attr("activation_alpha") or []), list(ctx.attr("activation_beta") or [])
+    if len(names) != len(defaults) * directions:
+        ctx.refuse(f"activations lists {len(names)} functions; {len(defaults) * directions} expected")
+    fns = []
+    for name in names:
+        if name not in RNN_PARAMS:
+            ctx.refuse(f"activation {name} is not an ONNX RNN activation")
+        alpha, beta = RNN_PARAMS[name]
+        alpha = alphas.pop(0) if alpha is not None and alphas else alpha
+        beta = betas.pop(0) if beta is not None and betas else beta
+        fns.append(_activation(ctx.mb, name, alpha, beta))
+    return fns
+
+
+def _activation(mb, name: str, alpha, beta) -> Callable:
+    """One ONNX RNN activation from MIL elementwise ops."""
+    f32 = np.float32
+    return {"Relu": lambda v: mb.relu(x=v), "Tanh": lambda v: mb.tanh(x=v), "Sigmoid": lambda v: mb.sigmoid(x=v),
+            "Softsign": lambda v: mb.real_div(x=v, y=mb.add(x=mb.abs(x=v), y=f32(1))),
+            "Softplus": lambda v: mb.softplus(x=v),
+            "Affine": lambda v: mb.add(x=mb.mul(x=v, y=f32(alpha)), y=f32(beta)),
+            "LeakyRelu": lambda v: mb.leaky_relu(x=v, alpha=float(alpha)),
+            "ThresholdedRelu": lambda v: mb.select(cond=mb.greater(x=v, y=f32(alpha)), a=v, b=f32(0)),
+            "ScaledTanh": lambda v: mb.mul(x=mb.tanh(x=mb.mul(x=v, y=f32(beta))), y=f32(alpha)),
+            "HardSigmoid": lambda v: mb.sigmoid_hard(x=v, alpha=float(alpha), beta=float(beta)),
+            "Elu": lambda v: mb.elu(x=v, alpha=float(alpha))}[name]
+
+
+def _rnn_input(ctx: Ctx):
+    """X as [s, b, I] (transposed from [b, s, I] when ``layout=1``) and the per-step masks of ``sequence_lens``
+    ([b, 1] bools, step < length; None when absent or every length is the sequence's)."""
+    x = ctx.get(0)
+    layout = int(ctx.attr("layout", 0))
+    if layout:
+        x = ctx.mb.transpose(x=x, perm=[1, 0, 2])
+    lens, steps = ctx.get(4), x.shape[0]
+    if lens is None or isinstance(lens, np.ndarray) and isinstance(steps, (int, np.integer)) and \
+            np.all(lens == int(steps)):
+        return x, None
+    if not isinstance(steps, (int, np.integer)):
+        ctx.refuse("sequence_lens with a flexible sequence length are not lowered")
+    if isinstance(lens, np.ndarray):
+        return x, [narrow(t < lens).reshape(-1, 1) for t in range(int(steps))]
+    lens = ctx.mb.expand_dims(x=lens if np_dtype(lens) == np.int32 else ctx.mb.cast(x=lens, dtype="int32"), axes=[1])
+    return x, [ctx.mb.less(x=np.int32(t), y=lens) for t in range(int(steps))]
+
+
+def _rnn_state(ctx: Ctx, i: int, d: int, x, hidden: int):
+    """Initial state input ``i`` of direction ``d`` as [b, H] (``layout=1``: stored [b, D, H])."""
+    if ctx.attr("layout", 0) and ctx.get(i) is not None:
+        state = ctx.get(i)
+        state = state[:, d] if isinstance(state, np.ndarray) else ctx.mb.squeeze(x=ctx.mb.slice_by_index(
+            x=state, begin=np.array([0, d, 0], np.int32), end=np.array([0, d + 1, 0], np.int32),
+            begin_mask=[True, False, True], end_mask=[True, False, True]), axes=[1])
+        return narrow(state) if isinstance(state, np.ndarray) else state
+    return _state(ctx, i, d, x, hidden)
+
+
+def _clipped(ctx: Ctx, v):
+    """A gate's pre-activation bounded to [-clip, clip] when the node has ``clip``."""
+    clip = ctx.attr("clip")
+    if clip is None:
+        return v
+    return ctx.mb.minimum(x=ctx.mb.maximum(x=v, y=np.float32(-clip)), y=np.float32(clip))
+
+
+def _step(ctx: Ctx, seq, t: int):
+    """Row ``t`` of a [s, b, n] var as [b, n]."""
+    return ctx.mb.squeeze(x=ctx.mb.slice_by_index(x=seq, begin=np.array([t, 0, 0], np.int32),
+                                                  end=np.array([t + 1, 0, 0], np.int32),
+                                                  end_mask=[False, True, True]), axes=[0])
+
+
+def _masked(ctx: Ctx, mask, new, old):
+    """``new`` where the step is within the batch row's sequence length, else ``old``."""
+    return new if mask is None else ctx.mb.select(cond=mask, a=new, b=old)
+
+
 @op("LSTM")
 def lstm(ctx: Ctx):
-    """Forward, reverse or bidirectional (one MIL lstm per direction, over the reversed sequence for the
-    backward one), default activations, no peepholes or sequence lengths."""
-    x = ctx.get(0)
+    """Any direction, ``layout`` 0/1. MIL's own lstm (one per direction, the backward one over the reversed
+    sequence) for the default activations; clip, other activations, peepholes, ``input_forget`` and
+    ``sequence_lens`` shorter than the sequence: unrolled over the (static) sequence with ONNX's equations."""
     w, r, b = ctx.const(1, "W"), ctx.const(2, "R"), ctx.const(3, "B")
     backwards = _directions(ctx)
-    if ctx.get(4) is not None or ctx.get(7) is not None or ctx.attr("layout", 0) or ctx.attr("input_forget", 0):
-        ctx.refuse("sequence_lens, peepholes, layout=1 and input_forget are not lowered")
-    if ctx.attr("activations") not in (None, ["Sigmoid", "Tanh", "Tanh"] * len(backwards)) or \
-            ctx.attr("clip") is not None:
-        ctx.refuse("only the default activations without clipping are lowered")
     hidden = w.shape[1] // 4
+    x, masks = _rnn_input(ctx)
+    acts = _rnn_activations(ctx, ["Sigmoid", "Tanh", "Tanh"], len(backwards))
+    peep = ctx.const(7, "P")
+    plain = masks is None and ctx.attr("clip") is None and not ctx.attr("input_forget", 0) and \
+        (peep is None or not np.any(peep)) and ctx.attr("activations") in (None, ["Sigmoid", "Tanh", "Tanh"]
+                                                                              * len(backwards))
+    if not plain and not isinstance(x.shape[0], (int, np.integer)):
+        ctx.refuse("clip, peepholes, input_forget, sequence_lens or non-default activations need a static "
+                   "sequence length (the LSTM is unrolled)")
     mb, ys, hs, cs = ctx.mb, [], [], []
     for d, backward in enumerate(backwards):
-        bias = np.zeros(4 * hidden, np.float32) if b is None else _ifoc(b[d, :4 * hidden]) + _ifoc(b[d, 4 * hidden:])
-        y, h, c = mb.lstm(x=mb.reverse(x=x, axes=[0]) if backward else x, initial_h=_state(ctx, 5, d, x, hidden),
-                          initial_c=_state(ctx, 6, d, x, hidden), weight_ih=_ifoc(w[d]), weight_hh=_ifoc(r[d]),
-                          bias=bias, direction="forward", output_sequence=True,
-                          recurrent_activation="sigmoid", cell_activation="tanh", activation="tanh")
-        ys.append(mb.reverse(x=y, axes=[0]) if backward else y)
+        h0, c0 = _rnn_state(ctx, 5, d, x, hidden), _rnn_state(ctx, 6, d, x, hidden)
+        bias = np.zeros(8 * hidden, np.float32) if b is None else narrow(b[d])
+        if plain:
+            y, h, c = mb.lstm(x=mb.reverse(x=x, axes=[0]) if backward else x, initial_h=h0, initial_c=c0,
+                              weight_ih=_ifoc(w[d]), weight_hh=_ifoc(r[d]), bias=_ifoc(bias[:4 * hidden])
+                              + _ifoc(bias[4 * hidden:]), direction="forward", output_sequence=True,
+                              recurrent_activation="sigmoid", cell_activation="tanh", activation="tanh")
+            y = mb.reverse(x=y, axes=[0]) if backward else y
+        else:
+            p = np.zeros(3 * hidden, np.float32) if peep is None else narrow(peep[d])
+            y, h, c = _lstm_direction(ctx, x, narrow(w[d]), narrow(r[d]), bias, p, h0, c0, acts[3 * d:3 * d + 3],
+                                      masks, backward)
+        ys.append(y)
         hs.append(h)
         cs.append(c)
     return _rnn_outputs(ctx, ys, hs, cs)
+
+
+def _lstm_direction(ctx: Ctx, x, w, r, b, p, h, c, acts: list, masks, backward: bool) -> tuple:
+    """One direction unrolled (ONNX gates [i, o, f, c], peepholes [i, o, f]): outputs [s, b, H] in time order
+    (zeros past a row's sequence length) and the final h and c [b, H]."""
+    mb, hidden, steps = ctx.mb, w.shape[0] // 4, int(x.shape[0])
+    f, g, act_h = acts
+    xw = mb.linear(x=x, weight=w, bias=b[:4 * hidden] + b[4 * hidden:])
+    pi, po, pf = np.split(p, 3)
+    outputs = [None] * steps
+    for t in (reversed(range(steps)) if backward else range(steps)):
+        gi, go, gf, gc = mb.split(x=mb.add(x=_step(ctx, xw, t), y=mb.linear(x=h, weight=r)), num_splits=4, axis=-1)
+        i = f(_clipped(ctx, mb.add(x=gi, y=mb.mul(x=c, y=pi))))
+        forget = mb.sub(x=np.float32(1), y=i) if ctx.attr("input_forget", 0) else \
+            f(_clipped(ctx, mb.add(x=gf, y=mb.mul(x=c, y=pf))))
+        c_new = mb.add(x=mb.mul(x=forget, y=c), y=mb.mul(x=i, y=g(_clipped(ctx, gc))))
+        o = f(_clipped(ctx, mb.add(x=go, y=mb.mul(x=c_new, y=po))))
+        h_new = mb.mul(x=o, y=act_h(c_new))
+        mask = None if masks is None else masks[t]
+        outputs[t] = h_new if mask is None else mb.select(cond=mask, a=h_new, b=np.float32(0))
+        h, c = _masked(ctx, mask, h_new, h), _masked(ctx, mask, c_new, c)
+    return mb.stack(values=outputs, axis=0), h, c
 
 
 def _directions(ctx: Ctx) -> list[bool]:
@@ -662,14 +1030,17 @@ def _state(ctx: Ctx, i: int, d: int, x, hidden: int):
 def _rnn_outputs(ctx: Ctx, ys: list, *finals: list) -> tuple:
     """ONNX's Y [s, D, b, H] and final states [D, b, H] from per-direction [s, b, H] and [b, H] values."""
     outs = list(ctx.node.output) + [""] * (1 + len(finals) - len(ctx.node.output))
+    layout = int(ctx.attr("layout", 0))  # 1: Y [b, s, D, H], final states [b, D, H]
 
-    def stack(values, axis, i):
+    def stack(values, axis, i, perm=None):
         if not outs[i]:
             return None
-        if len(values) == 1:
-            return ctx.mb.expand_dims(x=values[0], axes=[axis], name=ctx.name(i))
-        return ctx.mb.stack(values=values, axis=axis, name=ctx.name(i))
-    return (stack(ys, 1, 0), *(stack(f, 0, i + 1) for i, f in enumerate(finals)))[:len(ctx.node.output)]
+        named = {} if perm else {"name": ctx.name(i)}
+        y = ctx.mb.expand_dims(x=values[0], axes=[axis], **named) if len(values) == 1 else \
+            ctx.mb.stack(values=values, axis=axis, **named)
+        return ctx.mb.transpose(x=y, perm=perm, name=ctx.name(i)) if perm else y
+    return (stack(ys, 1, 0, [2, 0, 1, 3] if layout else None),
+            *(stack(f, 1 if layout else 0, i + 1) for i, f in enumerate(finals)))[:len(ctx.node.output)]
 
 
 @op("ConvTranspose")
@@ -832,31 +1203,32 @@ def _zero_state(ctx: Ctx, x, hidden: int):
 
 @op("GRU")
 def gru(ctx: Ctx):
-    """GRU unrolled over the (static) sequence, any direction: ONNX gates [z, r, h]; ``linear_before_reset`` 0
-    applies the reset gate before the recurrent product, 1 after it (MIL's own gru matches neither when
-    Rbh != 0)."""
-    x = ctx.get(0)
+    """GRU unrolled over the (static) sequence, any direction, ``layout`` 0/1, ``clip``, any activations,
+    ``sequence_lens``: ONNX gates [z, r, h]; ``linear_before_reset`` 0 applies the reset gate before the
+    recurrent product, 1 after it (MIL's own gru matches neither when Rbh != 0)."""
     w, r, b = (narrow(v) if v is not None else v for v in (ctx.const(1, "W"), ctx.const(2, "R"), ctx.const(3, "B")))
     backwards = _directions(ctx)
-    if ctx.get(4) is not None or ctx.attr("layout", 0) or ctx.attr("clip") is not None or \
-            ctx.attr("activations") not in (None, ["Sigmoid", "Tanh"] * len(backwards)):
-        ctx.refuse("sequence_lens, layout=1, clip and non-default activations are not lowered")
+    hidden = w.shape[1] // 3
+    x, masks = _rnn_input(ctx)
+    acts = _rnn_activations(ctx, ["Sigmoid", "Tanh"], len(backwards))
     steps = x.shape[0]
     if not isinstance(steps, (int, np.integer)):
         ctx.refuse("a flexible sequence length cannot be unrolled")
-    hidden = w.shape[1] // 3
     b = np.zeros((len(backwards), 6 * hidden), np.float32) if b is None else b
     ys, hs = [], []
     for d, backward in enumerate(backwards):
-        y, h = _gru_direction(ctx, x, w[d], r[d], b[d], _state(ctx, 5, d, x, hidden), int(steps), backward)
+        y, h = _gru_direction(ctx, x, w[d], r[d], b[d], _rnn_state(ctx, 5, d, x, hidden), int(steps), backward,
+                              acts[2 * d:2 * d + 2], masks)
         ys.append(y)
         hs.append(h)
     return _rnn_outputs(ctx, ys, hs)
 
 
-def _gru_direction(ctx: Ctx, x, w, r, b, h, steps: int, backward: bool) -> tuple:
-    """One direction: outputs [s, b, H] in time order and the final state [b, H]."""
+def _gru_direction(ctx: Ctx, x, w, r, b, h, steps: int, backward: bool, acts: list, masks) -> tuple:
+    """One direction: outputs [s, b, H] in time order (zeros past a row's sequence length) and the final
+    state [b, H]."""
     mb, hidden = ctx.mb, w.shape[0] // 3
+    f, g = acts
     wb, rb = b[:3 * hidden], b[3 * hidden:]
     # input products for every step at once; the z and r recurrent biases fold into them
     xw = mb.linear(x=x, weight=w, bias=wb + np.concatenate([rb[:2 * hidden], np.zeros(hidden, np.float32)]))
@@ -864,20 +1236,19 @@ def _gru_direction(ctx: Ctx, x, w, r, b, h, steps: int, backward: bool) -> tuple
     lbr = bool(ctx.attr("linear_before_reset", 0))
     outputs = [None] * steps
     for t in (reversed(range(steps)) if backward else range(steps)):
-        xt = mb.squeeze(x=mb.slice_by_index(x=xw, begin=np.array([t, 0, 0], np.int32),
-                                            end=np.array([t + 1, 0, 0], np.int32),
-                                            end_mask=[False, True, True]), axes=[0])
-        xz, xr, xh = mb.split(x=xt, num_splits=3, axis=-1)
+        xz, xr, xh = mb.split(x=_step(ctx, xw, t), num_splits=3, axis=-1)
         hz, hr = mb.split(x=mb.linear(x=h, weight=r_zr), num_splits=2, axis=-1)
-        z = mb.sigmoid(x=mb.add(x=xz, y=hz))
-        reset = mb.sigmoid(x=mb.add(x=xr, y=hr))
+        z = f(_clipped(ctx, mb.add(x=xz, y=hz)))
+        reset = f(_clipped(ctx, mb.add(x=xr, y=hr)))
         if lbr:
             rec = mb.mul(x=reset, y=mb.linear(x=h, weight=r_h, bias=rb_h))
         else:
             rec = mb.linear(x=mb.mul(x=reset, y=h), weight=r_h, bias=rb_h)
-        cand = mb.tanh(x=mb.add(x=xh, y=rec))
-        h = mb.add(x=cand, y=mb.mul(x=z, y=mb.sub(x=h, y=cand)))  # (1 - z) * cand + z * h
-        outputs[t] = h
+        cand = g(_clipped(ctx, mb.add(x=xh, y=rec)))
+        h_new = mb.add(x=cand, y=mb.mul(x=z, y=mb.sub(x=h, y=cand)))  # (1 - z) * cand + z * h
+        mask = None if masks is None else masks[t]
+        outputs[t] = h_new if mask is None else mb.select(cond=mask, a=h_new, b=np.float32(0))
+        h = _masked(ctx, mask, h_new, h)
     return mb.stack(values=outputs, axis=0), h
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import onnx
 
 # ops lowered only when their values are known before run time (folded); otherwise refused when reached
-FOLDED_ONLY = ("Constant", "Shape", "Mod", "Size", "NonZero")
+FOLDED_ONLY = ("Constant", "Shape", "Size", "NonZero")
 
 
 def blockers(model: "onnx.ModelProto") -> list[str]:

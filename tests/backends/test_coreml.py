@@ -192,6 +192,130 @@ CASES = {
                ("six", np.array(6, np.int64)), ("two", np.array(2, np.int64)), ("five", np.array([5], np.int64)),
                ("three", np.array([3], np.int64))]),
 }
+I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+CASES.update({
+    # torch's x.flip(-1) / x[::-1] (starts -1, ends INT64_MIN, step -1), strided backwards slices (ends below -n
+    # mean "through index 0"), and a mix of forward and backward axes in one Slice
+    "slice_negative_steps": _model(
+        [helper.make_node("Slice", ["x", "m1", "imin", "ax2", "m1"], ["flip"]),
+         helper.make_node("Slice", ["x", "st", "en", "ax12", "sp"], ["mixed"]),
+         helper.make_node("Slice", ["x", "st2", "en2", "ax0", "m2"], ["back2"])],
+        [("x", [3, 5, 7])], ["flip", "mixed", "back2"],
+        typed=[("m1", np.array([-1], np.int64)), ("imin", np.array([I64_MIN], np.int64)),
+               ("ax2", np.array([2], np.int64)), ("st", np.array([I64_MAX, 1], np.int64)),
+               ("en", np.array([0, -10], np.int64)), ("ax12", np.array([1, -1], np.int64)),
+               ("sp", np.array([-2, -3], np.int64)), ("st2", np.array([2], np.int64)),
+               ("en2", np.array([-4], np.int64)), ("ax0", np.array([0], np.int64)), ("m2", np.array([-2], np.int64))]),
+    # a flexible dim reversed whole (x[::-1], x[::-2]): reverse, then a forward slice to its run-time end
+    "slice_negative_steps_flexible": _model(
+        [helper.make_node("Slice", ["x", "m1", "imin", "ax0", "m1"], ["flip"]),
+         helper.make_node("Slice", ["x", "imax", "imin", "ax0", "m2"], ["every2"])],
+        [("x", ["N", 4])], ["flip", "every2"],
+        typed=[("m1", np.array([-1], np.int64)), ("imin", np.array([I64_MIN], np.int64)),
+               ("imax", np.array([I64_MAX], np.int64)), ("ax0", np.array([0], np.int64)),
+               ("m2", np.array([-2], np.int64))]),
+    # integer Div truncates toward zero (onnxruntime), Mod fmod=0 takes the divisor's sign, fmod=1 the dividend's;
+    # operands of both signs, divisors never 0
+    "int_div_and_mod_at_run_time": _model(
+        [helper.make_node("Sub", ["a", "five"], ["sa"]), helper.make_node("Add", ["b", "one"], ["b1"]),
+         helper.make_node("Mul", ["b1", "signs"], ["sb"]), helper.make_node("Div", ["sa", "sb"], ["div"]),
+         helper.make_node("Mod", ["sa", "sb"], ["mod"]), helper.make_node("Mod", ["sa", "sb"], ["fmod"], fmod=1),
+         helper.make_node("Mod", ["x", "k"], ["xfmod"], fmod=1)],
+        [("a", [2, 6], TensorProto.INT64), ("b", [2, 6], TensorProto.INT64), ("x", [2, 6])],
+        [("div", TensorProto.INT64), ("mod", TensorProto.INT64), ("fmod", TensorProto.INT64), "xfmod"],
+        [("k", np.array([0.7, -1.3, 2.0, -0.4, 1.1, -2.5]))],
+        typed=[("five", np.array(5, np.int64)), ("one", np.array(1, np.int64)),
+               ("signs", np.array([1, -1, 1, -1, -1, 1], np.int64))]),
+    # non-integer nearest: one gather per axis with ONNX's source indices, for every nearest_mode
+    "resize_nearest_non_integer_modes": _model(
+        [helper.make_node("Resize", ["x", "", "sc"], [f"y_{m}_{c}"], mode="nearest", nearest_mode=m,
+                          coordinate_transformation_mode=c) for m, c in (
+            ("round_prefer_floor", "half_pixel"), ("round_prefer_ceil", "align_corners"), ("floor", "asymmetric"),
+            ("ceil", "tf_half_pixel_for_nn"), ("round_prefer_floor", "pytorch_half_pixel"))]
+        + [helper.make_node("Resize", ["x", "", "", "sz"], ["y_sizes_axes"], mode="nearest", axes=[3, 1])],
+        [("x", [1, 3, 5, 7])], ["y_round_prefer_floor_half_pixel", "y_round_prefer_ceil_align_corners",
+                                "y_floor_asymmetric", "y_ceil_tf_half_pixel_for_nn",
+                                "y_round_prefer_floor_pytorch_half_pixel", "y_sizes_axes"],
+        [("sc", np.array([1, 1, 1.5, 0.6]))], opset=19, typed=[("sz", np.array([11, 2], np.int64))]),
+    # linear where MIL's bilinear ops sample differently (coordinate modes, a leading axis, pytorch_half_pixel to
+    # size 1): constant interpolation matrices
+    "resize_linear_by_matrices": _model(
+        [helper.make_node("Resize", ["x", "", "sc"], ["a"], mode="linear",
+                          coordinate_transformation_mode="half_pixel_symmetric"),
+         helper.make_node("Resize", ["x", "", "sc"], ["b"], mode="linear",
+                          coordinate_transformation_mode="tf_half_pixel_for_nn"),
+         helper.make_node("Resize", ["x", "", "sc2"], ["c"], mode="linear"),
+         helper.make_node("Resize", ["x", "", "", "sz"], ["d"], mode="linear",
+                          coordinate_transformation_mode="pytorch_half_pixel")],
+        [("x", [1, 3, 5, 7])], ["a", "b", "c", "d"], [("sc", np.array([1, 1, 1.5, 0.6])),
+                                                       ("sc2", np.array([1, 2, 1, 1]))], opset=19,
+        typed=[("sz", np.array([1, 3, 1, 4], np.int64))]),
+    # Resize-10 (no nearest_mode): floor when growing, ceil when shrinking
+    "resize10_nearest": _model([helper.make_node("Resize", ["x", "sc"], ["y"], mode="nearest")],
+                               [("x", [1, 2, 5, 7])], ["y"], [("sc", np.array([1, 1, 0.6, 2.5]))], opset=10),
+    # cubic: constant interpolation matrices per axis (coefficient a, exclude_outside, coordinate modes, sizes)
+    "resize_cubic": _model(
+        [helper.make_node("Resize", ["x", "", "sc"], ["a"], mode="cubic", cubic_coeff_a=-0.5, exclude_outside=1),
+         helper.make_node("Resize", ["x", "", "", "sz"], ["b"], mode="cubic",
+                          coordinate_transformation_mode="align_corners"),
+         helper.make_node("Resize", ["x", "", "sc"], ["c"], mode="cubic", coordinate_transformation_mode="asymmetric")],
+        [("x", [1, 2, 5, 7])], ["a", "b", "c"], [("sc", np.array([1, 1, 1.5, 2.0]))], opset=13,
+        typed=[("sz", np.array([1, 2, 9, 4], np.int64))]),
+    # linear to sizes: resize_bilinear with the sampling mode of each coordinate mode
+    "resize_linear_sizes": _model(
+        [helper.make_node("Resize", ["x", "", "", "sz"], [c], mode="linear", coordinate_transformation_mode=c)
+         for c in ("half_pixel", "align_corners", "asymmetric")],
+        [("x", [1, 2, 5, 7])], ["half_pixel", "align_corners", "asymmetric"], opset=13,
+        typed=[("sz", np.array([1, 2, 9, 4], np.int64))]),
+    # LSTM unrolled with ONNX's equations: clip, activations with alphas/betas (consumed in order by the ones
+    # that take them), peepholes [i, o, f], input_forget
+    "lstm_clip_activations_peepholes": _model(
+        [helper.make_node("LSTM", ["x", "W2", "R2", "B2"], ["y", "yh", "yc"], hidden_size=4, clip=0.5,
+                          direction="bidirectional", activations=["HardSigmoid", "Affine", "ScaledTanh", "Sigmoid",
+                                                                  "LeakyRelu", "Softsign"],
+                          activation_alpha=[0.3, 0.9, 0.8, 0.2], activation_beta=[0.4, 0.1, 1.2]),
+         helper.make_node("LSTM", ["x", "W1", "R1", "B1", "", "", "", "P"], ["py", "ph", "pc"], hidden_size=4,
+                          input_forget=1, activations=["Sigmoid", "Elu", "ThresholdedRelu"],
+                          activation_alpha=[0.7, 0.1])],
+        [("x", [5, 3, 3])], ["y", "yh", "yc", "py", "ph", "pc"],
+        [("W2", _w(2, 16, 3)), ("R2", _w(2, 16, 4)), ("B2", _w(2, 32)), ("W1", _w(1, 16, 3)), ("R1", _w(1, 16, 4)),
+         ("B1", _w(1, 32)), ("P", _w(1, 12))]),
+    "gru_clip_activations": _model(
+        [helper.make_node("GRU", ["x", "W", "R", "B", "", "h0"], ["y", "yh"], hidden_size=4, clip=0.6,
+                          direction="bidirectional", linear_before_reset=1, activation_alpha=[0.3],
+                          activation_beta=[0.6], activations=["HardSigmoid", "Softsign", "Sigmoid", "Softplus"])],
+        [("x", [4, 2, 3]), ("h0", [2, 2, 4])], ["y", "yh"],
+        [("W", _w(2, 12, 3)), ("R", _w(2, 12, 4)), ("B", _w(2, 24))]),
+    # sequence_lens: constant (some equal to the sequence, some shorter) and at run time (1..5 from int inputs);
+    # past a row's length Y is 0 and the state is held, so the reverse direction starts at the row's own end
+    "rnn_sequence_lens": _model(
+        [helper.make_node("Mod", ["lens", "five"], ["m5"]), helper.make_node("Add", ["m5", "one"], ["l1"]),
+         helper.make_node("LSTM", ["x", "W", "R", "B", "l1", "h0"], ["y", "yh", "yc"], hidden_size=4,
+                          direction="bidirectional"),
+         helper.make_node("GRU", ["x", "GW", "GR", "", "l1"], ["gy", "gh"], hidden_size=4, direction="reverse"),
+         helper.make_node("LSTM", ["x", "W", "R", "B", "fixed"], ["cy"], hidden_size=4, direction="bidirectional"),
+         helper.make_node("LSTM", ["x", "W", "R", "B", "full"], ["fy"], hidden_size=4, direction="bidirectional")],
+        [("x", [5, 3, 3]), ("lens", [3], TensorProto.INT32), ("h0", [2, 3, 4])],
+        ["y", "yh", "yc", "gy", "gh", "cy", "fy"],
+        [("W", _w(2, 16, 3)), ("R", _w(2, 16, 4)), ("B", _w(2, 32)), ("GW", _w(1, 12, 3)), ("GR", _w(1, 12, 4))],
+        typed=[("five", np.array(5, np.int32)), ("one", np.array(1, np.int32)),
+               ("fixed", np.array([5, 2, 3], np.int32)), ("full", np.array([5, 5, 5], np.int32))]),
+    # MaxPool with dilations, or ceil_mode with asymmetric pads: one strided slice per kernel tap, then maximum
+    # (the last ceil_mode window must start inside the input or its begin padding: f has one output, not two)
+    "max_pool_dilations_and_ceil": _model(
+        [helper.make_node("MaxPool", ["x"], ["a"], kernel_shape=[3, 2], dilations=[2, 3], strides=[2, 1],
+                          pads=[2, 1, 1, 1]),
+         helper.make_node("MaxPool", ["x"], ["b"], kernel_shape=[2, 3], dilations=[2, 2], strides=[2, 2], ceil_mode=1,
+                          pads=[1, 1, 1, 1]),
+         helper.make_node("MaxPool", ["x"], ["c"], kernel_shape=[3, 3], dilations=[2, 2], auto_pad="VALID",
+                          strides=[2, 2]),
+         helper.make_node("MaxPool", ["x1"], ["e"], kernel_shape=[3], dilations=[2], strides=[2], ceil_mode=1),
+         helper.make_node("MaxPool", ["x2"], ["f"], kernel_shape=[2, 2], dilations=[3, 3], strides=[4, 4], ceil_mode=1,
+                          pads=[0, 0, 1, 1]),
+         helper.make_node("MaxPool", ["x"], ["g"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1,
+                          pads=[0, 1, 1, 0])],
+        [("x", [1, 2, 9, 10]), ("x1", [2, 3, 10]), ("x2", [1, 2, 4, 4])], ["a", "b", "c", "e", "f", "g"]),
+})
 for _name, _inputs in {"squeeze_reduce_clip": ("ax0", "ax3"), "layer_norm_gather_slice_pad": ("idx", "st", "en", "axs",
                                                                                              "pads")}.items():
     for _t in CASES[_name].graph.initializer:  # indices, axes, starts/ends and pads are int64 in ONNX
@@ -375,6 +499,128 @@ def test_check_lists_every_blocker_without_converting(cli, tmp_path):
     res = cli("check", tmp_path / "m.onnx", "--targets", "coreml", "--target", "iOS15")
     assert res.exit_code == 2 and "coreml: node 'up' (Resize)" in res.output and "needs --target iOS16" in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_rnn_layout_1_is_batch_first(op, tmp_path):
+    """layout=1 (X [b, s, I], states [b, D, H], Y [b, s, D, H]); onnxruntime refuses it, so the reference is the
+    layout=0 node on transposed tensors. Both lowerings: LSTM through MIL's lstm, GRU unrolled with clip."""
+    import onnxruntime as ort
+
+    from onnxbridge.backends.coreml.package import Runner, build
+
+    gates = 4 if op == "LSTM" else 3
+    weights = [("W", _w(2, gates * 4, 3)), ("R", _w(2, gates * 4, 4)), ("B", _w(2, gates * 8))]
+    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+    states = ["h0"] + (["c0"] if op == "LSTM" else [])
+    attrs = dict(hidden_size=4, direction="bidirectional", **({} if op == "LSTM" else {"clip": 0.8}))
+
+    def model(layout: int):
+        dims = ([3, 5, 3], [3, 2, 4]) if layout else ([5, 3, 3], [2, 3, 4])
+        return _model([helper.make_node(op, ["x", "W", "R", "B", "", *states], outs, layout=layout, **attrs)],
+                      [("x", dims[0])] + [(s, dims[1]) for s in states], outs, weights)
+    onnx.save(model(1), tmp_path / "m.onnx")
+    build(tmp_path / "m.onnx", tmp_path / "m.mlpackage")
+    feeds = {"x": _w(3, 5, 3), **{s: _w(3, 2, 4) for s in states}}
+    got = Runner(tmp_path / "m.mlpackage")(feeds)
+    want = ort.InferenceSession(model(0).SerializeToString()).run(None, {
+        "x": feeds["x"].transpose(1, 0, 2), **{s: feeds[s].transpose(1, 0, 2) for s in states}})
+    assert got[0].shape == (3, 5, 2, 4) and np.allclose(got[0], want[0].transpose(2, 0, 1, 3), atol=1e-5)
+    for g, w in zip(got[1:], want[1:]):
+        assert g.shape == (3, 2, 4) and np.allclose(g, w.transpose(1, 0, 2), atol=1e-5)
+
+
+def test_slice_and_mod_refusals_name_the_reason():
+    """A backwards slice of a flexible dim that does not start at its end, and float Mod without fmod=1."""
+    from onnxbridge.backends.coreml.package import check
+
+    model = _model([helper.make_node("Slice", ["x", "m2", "imin", "ax0", "m1"], ["s"], name="part_flip"),
+                    helper.make_node("Mod", ["x", "x"], ["m"], name="float_mod")],
+                   [("x", ["N", 4])], ["s", "m"],
+                   typed=[("m1", np.array([-1], np.int64)), ("m2", np.array([-2], np.int64)),
+                          ("imin", np.array([I64_MIN], np.int64)), ("ax0", np.array([0], np.int64))])
+    found = check(model, "iOS16")
+    assert len(found) == 2 and found[0].startswith("node 'part_flip' (Slice): a negative step on the flexible dim 0")
+    assert found[1] == "node 'float_mod' (Mod): fmod=0 is undefined for floats in ONNX (set fmod=1)"
+
+
+def test_rnn_and_pool_refusals_name_the_reason():
+    """Recurrences that cannot be unrolled, unknown activations, MaxPool's Indices output, AveragePool dilations
+    and SAME padding with dilations (onnxruntime and the spec disagree) are refused, and listed by check."""
+    from onnxbridge.backends.coreml.package import check
+
+    model = _model([helper.make_node("LSTM", ["s", "W", "R"], ["l"], name="clip_flex", hidden_size=4, clip=1.0),
+                    helper.make_node("GRU", ["x", "GW", "GR"], ["g"], name="act", hidden_size=4,
+                                     activations=["Sigmoid", "Gelu"]),
+                    helper.make_node("MaxPool", ["p"], ["m", "idx"], name="indices", kernel_shape=[2, 2]),
+                    helper.make_node("AveragePool", ["p"], ["a"], name="avg_dil", kernel_shape=[2, 2],
+                                     dilations=[2, 2]),
+                    helper.make_node("MaxPool", ["p"], ["ms"], name="same_dil", kernel_shape=[2, 2], dilations=[2, 2],
+                                     auto_pad="SAME_UPPER")],
+                   [("s", ["T", 2, 3]), ("x", [5, 2, 3]), ("p", [1, 2, 6, 6])],
+                   ["l", "g", "m", ("idx", TensorProto.INT64), "a", "ms"],
+                   [("W", _w(1, 16, 3)), ("R", _w(1, 16, 4)), ("GW", _w(1, 12, 3)), ("GR", _w(1, 12, 4))], opset=19)
+    found = check(model, "iOS16")
+    expected = [("clip_flex", "LSTM", "need a static sequence length"), ("act", "GRU", "activation Gelu"),
+                ("indices", "MaxPool", "Indices output"), ("avg_dil", "AveragePool", "dilations on AveragePool"),
+                ("same_dil", "MaxPool", "auto_pad=SAME_UPPER with dilations")]
+    assert len(found) == len(expected) and all(f.startswith(f"node '{n}' ({op}): ") and why in f
+                                               for f, (n, op, why) in zip(found, expected)), found
+
+
+def _resize_to_shape_of(coords="half_pixel"):
+    """x resized (linear) to the first two dims of x and the flexible shape of ``ref`` (sizes known at run time)."""
+    return _model([helper.make_node("Shape", ["x"], ["sx"], end=2), helper.make_node("Shape", ["ref"], ["sr"]),
+                   helper.make_node("Concat", ["sx", "sr"], ["sz"], axis=0),
+                   helper.make_node("Resize", ["x", "", "", "sz"], ["y"], name="rs", mode="linear",
+                                    coordinate_transformation_mode=coords)],
+                  [("x", [1, 2, 4, 5]), ("ref", ["A", "B"])], ["y"])
+
+
+def test_resize_to_sizes_known_at_run_time(tmp_path):
+    """Sizes from another input's flexible shape: iOS 17's resize (run-time shape); refused before iOS 17."""
+    import onnxruntime as ort
+
+    from onnxbridge.backends.coreml.package import Runner
+    from onnxbridge.errors import UnsupportedError
+
+    model = _resize_to_shape_of()
+    onnx.save(model, tmp_path / "m.onnx")
+    rep = onnxbridge.convert(tmp_path / "m.onnx", to="coreml", output=tmp_path / "m.mlpackage", target="iOS17").report
+    assert rep["status"] == "passed" and "resize" in rep["artifact"]["backend"]["ops"]
+    feeds = {"x": _w(1, 2, 4, 5), "ref": np.zeros((7, 3), np.float32)}  # a size the validation did not use
+    want = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    got = Runner(tmp_path / "m.mlpackage")(feeds)[0]
+    assert got.shape == want.shape == (1, 2, 7, 3) and np.allclose(got, want, atol=1e-5)
+    with pytest.raises(UnsupportedError, match=r"node 'rs' \(Resize\).*needs --target iOS17"):
+        onnxbridge.convert(tmp_path / "m.onnx", to="coreml", output=tmp_path / "n.mlpackage", target="iOS16")
+
+
+def test_resize_refusals_name_the_reason():
+    """What Core ML cannot express is refused, and listed by check, naming node, op and the mode or input."""
+    from onnxbridge.backends.coreml.package import check
+
+    def node(name, *inputs, **attrs):
+        return helper.make_node("Resize", ["x", "", *inputs], [name], name=name, **attrs)
+    model = _model([node("crop", "sc", mode="linear", coordinate_transformation_mode="tf_crop_and_resize"),
+                    node("aa", "sc", mode="linear", antialias=1),
+                    node("sym", "sc", mode="nearest", coordinate_transformation_mode="half_pixel_symmetric"),
+                    node("keep", "", "sz", mode="nearest", keep_aspect_ratio_policy="not_larger"),
+                    node("dyn", "s_in", mode="nearest")],
+                   [("x", [1, 2, 5, 7]), ("s_in", [4])], ["crop", "aa", "sym", "keep", "dyn"],
+                   [("sc", np.array([1, 1, 0.6, 1.5]))], opset=19,
+                   typed=[("sz", np.array([1, 2, 9, 4], np.int64))])
+    found = check(model, "iOS17")
+    expected = [("crop", "tf_crop_and_resize"), ("aa", "antialias=1"), ("sym", "half_pixel_symmetric"),
+                ("keep", "keep_aspect_ratio_policy=not_larger"), ("dyn", "scales are computed from run-time data")]
+    assert len(found) == len(expected) and all(f.startswith(f"node '{n}' (Resize): ") and why in f
+                                               for f, (n, why) in zip(found, expected)), found
+    runtime = [f for f in check(_model(_resize_to_shape_of().graph.node[:3] + [
+        helper.make_node("Resize", ["x", "", "", "sz"], ["y"], name="rs", mode="nearest")],
+        [("x", [1, 2, 4, 5]), ("ref", ["A", "B"])], ["y"]), "iOS17")]
+    assert runtime == ["node 'rs' (Resize): nearest mode to sizes known only at run time has no Core ML equivalent "
+                       "(linear mode has)"]
+    assert "pytorch_half_pixel" in check(_resize_to_shape_of("pytorch_half_pixel"), "iOS17")[0]
 
 
 @pytest.mark.parametrize("name", ["transformer", "lstm"])
