@@ -20,15 +20,12 @@ import onnxbridge  # noqa: E402
 
 
 def main(out_dir: str = "out/examples") -> int:
-    import numpy as np
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name in ("cnn", "transformer"):
         model, sample = getattr(models, name)()
-        calibration = out / f"{name}_calibration.npz"  # stands in for representative data
-        np.savez(calibration, x=np.random.default_rng(1).standard_normal((8, *sample[0].shape)).astype(np.float32))
+        calibration = models.calibration_npz(out / f"{name}_calibration.npz", sample[0])
         for precision in ("fp32", "fp16", "int8"):
             path = out / f"{name}_{precision}.dlc"
             result = onnxbridge.convert(model, sample, to="dlc", output=path, opset=17, precision=precision,

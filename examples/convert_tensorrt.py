@@ -15,7 +15,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import models  # noqa: E402  (the factories beside this script)
-import numpy as np  # noqa: E402
 
 import onnxbridge  # noqa: E402
 
@@ -28,9 +27,7 @@ def main(out_dir: str = "out/examples") -> int:
     failed = 0
     for name in ("cnn", "transformer"):
         model, sample = getattr(models, name)()
-        calibration = out / f"{name}_calibration.npz"
-        x = sample[0].numpy()
-        np.savez(calibration, x=np.random.default_rng(0).standard_normal((4, *x.shape)).astype(np.float32))
+        calibration = models.calibration_npz(out / f"{name}_calibration.npz", sample[0], batches=4, seed=0)
         for precision in ("fp32", "fp16", "int8"):
             path = out / f"{name}_{precision}.engine"
             result = onnxbridge.convert(model, sample, to="tensorrt", output=path, precision=precision,

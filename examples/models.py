@@ -69,3 +69,13 @@ def lstm():
 def transformer():
     torch.manual_seed(0)
     return EncoderBlock().eval(), (torch.randn(2, 10, 32),)
+
+
+def calibration_npz(path, sample: torch.Tensor, batches: int = 8, seed: int = 1):
+    """``batches`` seeded random batches shaped like ``sample``, saved as ``x`` in ``path`` (.npz): stands in for
+    the representative data int8 conversions calibrate on (``--calibration``)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    np.savez(path, x=rng.standard_normal((batches, *sample.shape)).astype(np.float32))
+    return path
