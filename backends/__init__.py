@@ -12,8 +12,8 @@ A backend other than onnx also defines:
 - ``OPTIONS``: the build options it takes beyond ``target``/``precision`` (the spine refuses the others);
 - ``build(onnx_path, output, *, target, precision, context, **options) -> dict``: writes ``output`` atomically and
   returns facts for the report; ``"warnings"`` and ``"notes"`` lists are moved to the report's, and a ``"runner"``
-  callable (popped before the report) runs what was just built for the backend hop when ``runner(output)`` could
-  not (e.g. the prepared model behind a DLC). ``context`` is a ``BuildContext``;
+  (popped before the report) runs what was just built for the backend hop when ``runner(output)`` could not (e.g.
+  the prepared model behind a DLC), or is the ``HopSkipped`` saying why that hop cannot run here. ``context`` is a ``BuildContext``;
 - ``check(model, context) -> list[str]``: every blocker, without building (``onnxbridge check --targets``).
 
 Whether one is usable is the registry's business (``BACKENDS.status``, from package metadata).

@@ -182,6 +182,8 @@ def _backend_hop(name: str, backend, onnx_path: Path, artifact: Path, samples: l
 
     sess = runtime.session(onnx_path)
     try:
+        if isinstance(built_runner, HopSkipped):
+            raise built_runner
         candidate = built_runner or backend.runner(artifact, onnx_path=onnx_path)
     except HopSkipped as exc:
         return skipped_hop("onnx", name, samples, tol, exc.one_line())

@@ -15,7 +15,6 @@ from onnxbridge.errors import BadInputError, HopSkipped, UnavailableError, Unsup
 
 FLAVOURS = ("qairt", "qnn-ir")
 PRECISIONS = ("fp32", "fp16", "int8")
-_SKIPPED: dict[str, str] = {}  # built DLC -> why its HTP check cannot run (read back by ``runner``)
 
 
 def _flavour(flavour: str | None):
@@ -198,13 +197,10 @@ def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibrat
                                f"reader's checks: {'; '.join(problems)}")
     _place(dlc_path, output)
 
-    key = str(output.resolve())
-    _SKIPPED.pop(key, None)
-    runner = None
     try:
         runner = qnn.HtpRunner(model_path)
     except (HopSkipped, UnavailableError) as exc:
-        _SKIPPED[key] = exc.one_line()
+        runner = HopSkipped(exc.one_line())  # the spine reports the hop as skipped, with this reason
     info = container.summary(container.read(output))
     facts = {
         "flavour": "sdk" if found is not None else "qnn-ir",
@@ -225,10 +221,9 @@ def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibrat
     if renamed:
         facts["renamed"] = renamed
         facts["warnings"].append("the QNN EP renamed DLC I/O: " + ", ".join(f"{k} -> {v}" for k, v in renamed.items()))
-    if runner is not None:
-        facts["runner"] = runner
-    else:
-        facts["htp_skipped"] = _SKIPPED[key]
+    facts["runner"] = runner
+    if isinstance(runner, HopSkipped):
+        facts["htp_skipped"] = runner.one_line()
     return facts
 
 
@@ -249,9 +244,6 @@ def runner(path: Path, *, onnx_path: Path | None = None):
     from onnxbridge.backends.dlc import qnn
 
     path = Path(path)
-    reason = _SKIPPED.get(str(path.resolve()))
-    if reason:
-        raise HopSkipped(reason)
     dlc = container.read(path)
     if any(t.quantized for g in dlc.graphs for t in g.tensors.values()):
         raise HopSkipped("a quantized DLC is checked on the HTP simulator when it is built (the check needs the "
