@@ -59,7 +59,7 @@ def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = N
     if is_factory(source) and from_ != "onnx":
         source, factory_sample = call_factory(source)
         sample_inputs = factory_sample if sample_inputs is None else sample_inputs
-    specs = [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes or ()]
+    specs = _parse_shapes(input_shapes)
     name = pick_frontend(source, from_)
     frontend = FRONTENDS.load(name)
     options = {k: v for k, v in options.items() if v is not None and v != () and v != []}
@@ -70,6 +70,11 @@ def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = N
     return frontend.load(source, sample_inputs=sample_inputs, input_shapes=specs,
                          dynamic=normalize_dynamic(dynamic), input_names=input_names, trust=trust, seed=seed,
                          **options)
+
+
+def _parse_shapes(input_shapes: Sequence[str | TensorSpec] | None) -> list[TensorSpec]:
+    """``--input-shape`` values (``NAME:D1,D2,...[:DTYPE]`` strings or TensorSpecs) as TensorSpecs."""
+    return [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes or ()]
 
 
 def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec], count: int = 1,
@@ -299,8 +304,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
             from onnxbridge.backends import BuildContext
 
             context = BuildContext(target=target, sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
-                                   dynamic=list(src.dynamic), input_shapes={s.name: tuple(s.shape) for s in (
-                                       parse_input_shape(x) if isinstance(x, str) else x for x in input_shapes)},
+                                   dynamic=list(src.dynamic),
+                                   input_shapes={s.name: tuple(s.shape) for s in _parse_shapes(input_shapes)},
                                    calibration=load_npz(calibration) if calibration is not None else None,
                                    workdir=scratch, progress=steps)
             with steps.step(f"Building the {to} model"):
@@ -402,8 +407,7 @@ def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | N
         reports.new_report("check", source=_onnx_source_info(model))
     rep.setdefault("blockers", [])
     rep["blockers"] = [f"onnx@{opset}: {b}" for b in rep["blockers"]]
-    specs = [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes]
-    context = BuildContext(target=target, input_shapes={s.name: tuple(s.shape) for s in specs})
+    context = BuildContext(target=target, input_shapes={s.name: tuple(s.shape) for s in _parse_shapes(input_shapes)})
     rep["targets"] = {}
     for target in targets:
         status = BACKENDS.status(target)  # also refuses an unknown name
