@@ -6,6 +6,7 @@ from typing import Callable, Mapping
 
 NAME = "onnx"
 SUFFIXES = (".onnx",)
+PRECISIONS = ("fp32", "fp16")  # int8 ONNX is not made here: quantize it, then `validate --precision int8`
 
 
 def inspect(path: str | Path) -> dict:
@@ -14,8 +15,8 @@ def inspect(path: str | Path) -> dict:
     return summarize(path)
 
 
-def runner(path: str | Path) -> Callable[[Mapping], list]:
-    from onnxbridge import runtime
+def runner(path: str | Path, *, onnx_path: str | Path | None = None) -> Callable[[Mapping], list]:
+    """An onnxruntime session on the file (fp16 graphs run node by node: see ``runtime.Session``)."""
+    from onnxbridge.runtime import Session
 
-    sess = runtime.session(path)
-    return lambda feeds: runtime.run(sess, feeds)
+    return Session(str(path))

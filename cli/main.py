@@ -331,9 +331,9 @@ def inspect(ctx, model, as_json):
     artifact (.mlpackage, .dlc, .engine), its format, I/O and what built it."""
     import json
 
-    from onnxbridge.backends import for_file, module_of
+    from onnxbridge.spine import inspect_artifact
 
-    info = module_of(for_file(model) or "onnx").inspect(model)
+    info = inspect_artifact(model)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

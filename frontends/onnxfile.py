@@ -46,8 +46,9 @@ class OnnxModel(SourceModel):
             self.proto.CopyFrom(source)  # never modify the caller's model
             self.description = f"ONNX model {self.proto.graph.name or '(unnamed)'}"
         self.kind = "ONNX"
-        self.session = runtime.session(self.path or self.proto)
-        specs = runtime.input_specs(self.session)
+        self.session = runtime.open(self.path or self.proto, what=f"the onnxruntime session of the source "
+                                    f"{self.path.name if self.path else 'model'}")
+        specs = self.session.input_specs
         names = [s.name for s in specs]
         by_name = {s.name: s for s in input_shapes}
         unknown = [n for n in by_name if n not in names]
@@ -82,6 +83,4 @@ class OnnxModel(SourceModel):
         return Exported(model, self.path.parent if self.path else None, "onnx (copied)")
 
     def run(self, feeds: Mapping[str, Any]) -> list:
-        from onnxbridge import runtime
-
-        return runtime.run(self.session, feeds)
+        return self.session(feeds)

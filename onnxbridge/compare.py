@@ -47,9 +47,12 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
     import numpy as np
 
     ref, got = np.asarray(ref), np.asarray(got)
-    res: dict = {"shape": list(got.shape), "reference_shape": list(ref.shape), "dtype": str(got.dtype)}
+    res: dict = {"shape": list(got.shape), "reference_shape": list(ref.shape), "dtype": str(got.dtype),
+                 "reference_dtype": str(ref.dtype)}
+    if _kind(ref) != _kind(got):
+        return {**res, "passed": False, "error": f"dtype {got.dtype} where the reference is {ref.dtype}"}
     if ref.shape != got.shape:
-        return {**res, "passed": False, "error": f"shape {list(got.shape)} != reference {list(ref.shape)}"}
+        return {**res, "passed": False, "error": f"shape {list(got.shape)} where the reference is {list(ref.shape)}"}
     exact = not (np.issubdtype(ref.dtype, np.floating) or np.issubdtype(got.dtype, np.floating)
                  or np.issubdtype(ref.dtype, np.complexfloating))
     if exact:
@@ -59,7 +62,7 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
                 "passed": bool(equal.all())}
     r, g = ref.astype(np.float64), got.astype(np.float64)
     nan_r, nan_g = np.isnan(r), np.isnan(g)
-    inf_mismatch = np.isinf(r) != np.isinf(g)
+    inf_mismatch = (np.isinf(r) != np.isinf(g)) | (np.isinf(r) & np.isinf(g) & (np.sign(r) != np.sign(g)))
     nan_mismatch = int((nan_r != nan_g).sum())
     both = ~(nan_r | nan_g | np.isinf(r) | np.isinf(g))
     diff = np.abs(r - g)[both]
@@ -90,7 +93,39 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
     top5 = topk_agreement(r, g, 5)
     if top5 is not None:
         metrics["top5_agreement"] = top5
+    reason = nonfinite_reason(r, g)
+    if reason:
+        metrics["reason"] = reason
     return {**res, **metrics, "passed": out_of_tol == 0}
+
+
+def _kind(a: "np.ndarray") -> str:
+    """Numbers compare across widths (int64 labels vs int32, fp16 vs fp32); a float against a non-float, or text
+    against numbers, does not."""
+    return {"f": "float", "c": "float", "U": "text", "S": "text", "O": "text"}.get(a.dtype.kind, "integer")
+
+
+def nonfinite_reason(r: "np.ndarray", g: "np.ndarray") -> str | None:
+    """Words for NaN/inf values on one side only (the metrics above cover finite values alone)."""
+    import numpy as np
+
+    parts = []
+    nan_g, nan_r = np.isnan(g) & ~np.isnan(r), np.isnan(r) & ~np.isnan(g)
+    inf_g = np.isinf(g) & np.isfinite(r)
+    inf_r = np.isinf(r) & np.isfinite(g)
+    wrong_sign = np.isinf(g) & np.isinf(r) & (np.sign(g) != np.sign(r))
+    n = r.size
+    if nan_g.any():
+        parts.append(f"NaN in {int(nan_g.sum())} of {n} values where the reference has numbers")
+    if inf_g.any():
+        parts.append(f"inf in {int(inf_g.sum())} of {n} values where the reference is finite")
+    if nan_r.any():
+        parts.append(f"the reference has NaN in {int(nan_r.sum())} values where this output has numbers")
+    if inf_r.any():
+        parts.append(f"the reference has inf in {int(inf_r.sum())} values where this output is finite")
+    if wrong_sign.any():
+        parts.append(f"{int(wrong_sign.sum())} infinities of the opposite sign")
+    return "; ".join(parts) or None
 
 
 def merge(worst: dict | None, new: dict) -> dict:
@@ -108,8 +143,9 @@ def merge(worst: dict | None, new: dict) -> dict:
     if "error_histogram" in new:
         old = out.get("error_histogram") or [0] * len(new["error_histogram"])
         out["error_histogram"] = [a + b for a, b in zip(old, new["error_histogram"])]
-    if "error" in new:
-        out.setdefault("error", new["error"])
+    for key in ("error", "reason"):
+        if key in new:
+            out.setdefault(key, new[key])
     out["passed"] = bool(worst.get("passed", True) and new["passed"])
     out["shape"] = new["shape"]
     return out

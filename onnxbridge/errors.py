@@ -60,3 +60,23 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     text = lines[0] if lines else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class NativeCrash(OnnxBridgeError):
+    """Native code (onnxruntime, QNN, TensorRT, coremltools) crashed or hung in the worker process: a bug there or
+    here, never a verdict on the model's numbers. ``output``: what the worker printed last."""
+
+    exit_code = 4
+    output = ""
+
+
+class WorkerError(OnnxBridgeError):
+    """An unexpected Python exception in the worker process (a bug: exit 4)."""
+
+    exit_code = 4
+
+
+class ArtifactMismatch(OnnxBridgeError):
+    """The artifact does not hold the graph it is validated against (a foreign or altered file): the hop fails."""
+
+    exit_code = 1

@@ -99,7 +99,42 @@ def to_fp16(model: "onnx.ModelProto", *, base_dir: str | Path | None = None, kee
     nodes = [*casts_in, *g.node, *casts_out]
     del g.node[:]
     g.node.extend(nodes)
+    _matmul_before_transpose(g)
     return out
+
+
+def _matmul_before_transpose(graph: "onnx.GraphProto") -> None:
+    """Rewrite ``Transpose(perm) -> MatMul(., W)``, W a 2-D weight and the last axis left in place, as
+    ``MatMul(., W) -> Transpose(perm)``: the same dot products, and a graph onnxruntime's CPU provider can load.
+
+    onnxruntime (1.24 to 1.32 at least, x86-64) segfaults while creating a default session for an fp16 graph
+    with that pattern (its NCHWc pass reads a Cast it inserted for the fp16 MatMul before the Cast has a schema:
+    microsoft/onnxruntime#28392); torch's nn.MultiheadAttention exports it for every attention block."""
+    from onnx import helper
+
+    producers = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    weights = {t.name: len(t.dims) for t in graph.initializer}
+    nodes = []
+    for node in graph.node:
+        t = producers.get(node.input[0]) if node.op_type == "MatMul" and node.input else None
+        perm = next((list(a.ints) for a in t.attribute if a.name == "perm"), None) if t is not None and \
+            t.op_type == "Transpose" else None
+        if perm and perm[-1] == len(perm) - 1 and weights.get(node.input[1]) == 2:
+            product = f"{node.output[0]}__before_transpose"
+            nodes.append(helper.make_node("MatMul", [t.input[0], node.input[1]], [product], name=node.name))
+            nodes.append(helper.make_node("Transpose", [product], [node.output[0]], perm=perm,
+                                          name=f"{node.name}__transpose"))
+            readers[node.input[0]] -= 1
+            continue
+        nodes.append(node)
+    kept = [n for n in nodes if not (n.op_type == "Transpose" and n.output and readers.get(n.output[0], 1) == 0
+                                     and n.output[0] not in {o.name for o in graph.output})]
+    del graph.node[:]
+    graph.node.extend(kept)
 
 
 def _rename_reads(graph: "onnx.GraphProto", old: str, new: str) -> None:

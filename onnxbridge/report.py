@@ -9,9 +9,10 @@ from typing import Iterable
 from onnxbridge._version import __version__
 from onnxbridge.registry import dist_version
 
-SCHEMA_VERSION = "1.3"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
+SCHEMA_VERSION = "1.4"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
 # 1.3: hops compared with the source too (vs_source), introduced_by, skipped hops with skipped_reason, check
-# --targets (targets), backend artifacts without opset/ir_version
+# --targets (targets), backend artifacts without opset/ir_version; 1.4: artifact.precision (what was applied), hop
+# runtimes (what ran) and artifact_checked/artifact_check, output reason (NaN/inf) and reference_dtype
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
 
 
@@ -80,7 +81,8 @@ def failure_summary(report: dict) -> str:
         if h["status"] != "failed":
             continue
         bad = [o for o in h["outputs"] if not o["passed"]]
-        detail = ", ".join(f"{o['name']} (max abs {o['max_abs']:.3g}, needs atol {o['required_atol']:.3g})"
+        detail = ", ".join(f"{o['name']} ({o['reason']})" if o.get("reason") else
+                           f"{o['name']} (max abs {o['max_abs']:.3g}, needs atol {o['required_atol']:.3g})"
                            if "max_abs" in o else f"{o['name']} ({o.get('error') or 'values differ'})" for o in bad)
         parts.append(f"{h['from']} -> {h['to']}: " + "; ".join(filter(None, [detail, "; ".join(h["errors"])[:300]])))
     return "validation failed: " + "; ".join(parts)
@@ -103,6 +105,7 @@ def warnings_of(report: dict) -> list[str]:
 
 def render(report: dict, console) -> None:
     """A terminal summary of the hops (rich)."""
+    from rich.markup import escape
     from rich.table import Table
 
     for hop in report["hops"]:
@@ -123,6 +126,9 @@ def render(report: dict, console) -> None:
                 table.add_row(o["name"], "x".join(map(str, o["shape"])), "-", "-", "-",
                               f"{o.get('mismatch_fraction', 1):.2%}", "-", mark if "error" not in o else o["error"])
         console.print(table)
+        for o in hop["outputs"]:
+            if o.get("reason"):
+                console.print(f"[red]{escape(o['name'])}:[/] {escape(o['reason'])}")
         drift = hop.get("vs_source")
         if drift:
             worst = max((o.get("max_abs", 0.0) for o in drift["outputs"]), default=0.0)
@@ -130,7 +136,10 @@ def render(report: dict, console) -> None:
             console.print(f"[dim]against the source framework:[/] {state} (max abs {worst:.2e})")
         lat = ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in hop["latency_s"].items() if v is not None)
         if lat:
-            console.print(f"[dim]latency: {lat} ({hop.get('latency_method', 'mean of the validation runs')})[/]")
+            console.print(f"[dim]latency: {escape(lat)} ({hop.get('latency_method', 'mean of the validation runs')})[/]")
+        what = hop.get("runtimes", {}).get(hop["to"])
+        if what:
+            console.print(f"[dim]{escape(hop['to'])}: {escape(what)}[/]")
         for line in hop["errors"]:
             console.print(f"[red]error:[/] {line}")
         for line in hop["notes"]:

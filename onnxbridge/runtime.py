@@ -1,4 +1,8 @@
-"""onnxruntime, the reference runtime: sessions, input specs and runs with clean errors."""
+"""onnxruntime, the reference runtime: sessions, input specs and runs with clean errors.
+
+Sessions are made and run in the worker process (``open``), so a crash inside onnxruntime is an error here; the
+in-process helpers (``session``, ``run``) are what the worker, backend builds and folding use there.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,6 +29,7 @@ def session(model: "str | Path | onnx.ModelProto", *, optimize: bool = True) -> 
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads must not slow the others
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     src = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
@@ -65,6 +70,77 @@ def run(sess: "onnxruntime.InferenceSession", feeds: Mapping[str, "np.ndarray"])
     matched = match_feeds(names, feeds)
     out = sess.run(None, {n: np.ascontiguousarray(v) for n, v in matched.items()})
     return [np.asarray(o) for o in out]
+
+
+class Session:
+    """An onnxruntime CPU session as a runner (made in the worker by ``open``).
+
+    A model that computes in fp16 is first loaded once with default session options (the artifact must load as a
+    user would load it; onnxruntime has crashed on fp16 graphs there), then run node by node (``fp16eval``) so every
+    intermediate really is fp16: onnxruntime's CPU provider would otherwise compute chains of fp16 ops in fp32.
+    """
+
+    def __init__(self, model: "str | bytes", *, optimize: bool = True, fp16: bool | None = None):
+        import onnx
+        import onnxruntime as ort
+
+        from onnxbridge.fp16eval import Fp16Evaluator, computes_in_fp16
+        from onnxbridge.fileio import load_onnx
+
+        source = model if isinstance(model, str) else onnx.load_from_string(model)
+        skeleton = load_onnx(source) if isinstance(source, str) else source
+        self.fp16 = computes_in_fp16(skeleton) if fp16 is None else fp16
+        sess = session(source, optimize=optimize)
+        self.input_specs = input_specs(sess)
+        self.output_names = output_names(sess)
+        self._session = sess
+        if self.fp16:
+            self._nodes = Fp16Evaluator(source)
+            control = self._nodes.control_flow
+            self.what_ran = (f"onnxruntime {ort.__version__} CPU, one node at a time so every intermediate is stored "
+                             "in fp16 (rounded, inf beyond ±65504); each op computes as its CPU kernel does"
+                             + (f"; inside {', '.join(control)} bodies onnxruntime's own precision" if control else "")
+                             + "; latency: the file in a default session")
+        else:
+            self.what_ran = f"onnxruntime {ort.__version__} CPU" + ("" if optimize else ", optimizations off")
+        self.last_notes: list[str] = []
+        self.last_seconds: float | None = None
+
+    def __call__(self, feeds: Mapping[str, "np.ndarray"]) -> list["np.ndarray"]:
+        """The outputs on ``feeds`` (fp16 graphs: node by node; ``last_seconds`` is then None, since that is not
+        how fast the model runs; ``fresh`` times the file itself)."""
+        import time
+
+        import numpy as np
+
+        if not self.fp16:
+            t = time.perf_counter()
+            out = run(self._session, feeds)
+            self.last_seconds = time.perf_counter() - t
+            return out
+        out = self._nodes(match_feeds([s.name for s in self.input_specs], feeds))
+        self.last_notes = list(self._nodes.last_notes)
+        self.last_seconds = None
+        return [np.asarray(o) for o in out]
+
+    def fresh(self, feeds: Mapping[str, "np.ndarray"]) -> list["np.ndarray"]:
+        """A run of the file as written, in its own session (what latency figures time)."""
+        return run(self._session, feeds)
+
+
+def open(model: "str | Path | onnx.ModelProto", *, optimize: bool = True, fp16: bool | None = None,
+         what: str | None = None):
+    """An onnxruntime session on ``model`` in the worker process: a runner with ``input_specs`` and
+    ``output_names``. A crash while it is made or run raises NativeCrash naming ``what`` (default: the file)."""
+    from onnxbridge.registry import dist_version
+    from onnxbridge.worker import RunnerSpec, open_runner
+
+    arg = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
+    name = what or (f"the onnxruntime session of {Path(model).name}" if isinstance(model, (str, Path))
+                    else "an onnxruntime session")
+    spec = RunnerSpec("onnxbridge.runtime:Session", {"model": arg, "optimize": optimize, "fp16": fp16},
+                      library=f"onnxruntime {dist_version('onnxruntime')}")
+    return open_runner(spec, name)
 
 
 def fold_constants(src: Path, dest: Path, *, external_data: bool = False) -> None:

@@ -87,6 +87,7 @@ def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec],
     names = [s.name for s in src.input_specs]
     if inputs is not None:
         arrays = load_npz(inputs) if isinstance(inputs, (str, Path)) else dict(inputs)
+        _check_input_keys(arrays, names)
         first = Sample(match_feeds(names, arrays), origin=f"user inputs{f' ({inputs})' if isinstance(inputs, (str, Path)) else ''}")
     else:
         first = src.sample
@@ -104,6 +105,15 @@ def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec],
         if at_end is not None:
             samples.append(at_end)
     return samples
+
+
+def _check_input_keys(arrays: dict, names: Sequence[str]) -> None:
+    """``--inputs`` arrays must be named after the model's inputs (or be np.savez's positional arr_0, arr_1, ...)."""
+    positional = [f"arr_{i}" for i in range(len(names))]
+    unknown = [k for k in arrays if k not in names]
+    if unknown and sorted(arrays) != sorted(positional):
+        raise BadInputError(f"--inputs holds array(s) {', '.join(map(repr, unknown))} that name no input; the "
+                            f"model's inputs are {', '.join(map(repr, names))}")
 
 
 def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> list[str]:
@@ -124,11 +134,10 @@ def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: d
     (computed once, shared by every hop)."""
     from onnxbridge import runtime
 
-    sess = runtime.session(model_path)
-    hop, samples, source = _source_hop(src, "onnx", lambda feeds: runtime.run(sess, feeds), runtime.input_specs(sess),
-                                       runtime.output_names(sess), samples_from, tol, report, count, seed,
-                                       latency_runs)
-    hop["errors"] += _check_dynamic(src, runtime.input_specs(sess))
+    candidate = runtime.open(model_path, what=f"the onnxruntime session of {_shown(model_path)}")
+    hop, samples, source = _source_hop(src, "onnx", candidate, candidate.input_specs, candidate.output_names,
+                                       samples_from, tol, report, count, seed, latency_runs)
+    hop["errors"] += _check_dynamic(src, candidate.input_specs)
     if hop["errors"]:
         hop["status"], hop["passed"] = "failed", False
     return hop, samples, source
@@ -142,9 +151,21 @@ def _source_hop(src: "SourceModel", to: str, candidate, inputs: Sequence[TensorS
 
     samples = _samples(src, samples_from, inputs, count, seed)
     report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
-    source = SourceOutputs(src.run)
-    hop = validate_hop(src.frontend, to, source, candidate, samples, output_names, tol, latency_runs)
+    source = SourceOutputs(src.run, _source_ran(src))
+    hop = validate_hop(src.frontend, getattr(candidate, "hop_name", None) or to, source, candidate, samples,
+                       output_names, tol, latency_runs)
     return hop, samples, source
+
+
+def _source_ran(src: "SourceModel") -> str:
+    """What runs the source model for the references, in words."""
+    version = dist_version(src.framework)
+    return f"{src.framework}{' ' + version if version else ''} ({src.kind}), in this process"
+
+
+def _shown(path: Path) -> str:
+    """A path as a message names it: the file name, or 'the converted model' for onnxbridge's scratch files."""
+    return "the converted model" if path.name == "model.onnx" and "onnxbridge-" in str(path.parent) else path.name
 
 
 def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scratch: Path,
@@ -177,23 +198,87 @@ def _backend_options(to: str, backend, options: dict) -> dict:
     return given
 
 
-def _backend_hop(name: str, backend, onnx_path: Path, artifact: Path, samples: list[Sample], tol,
+def _check_precision(to: str, backend, precision: str) -> None:
+    """Refuse a precision the target does not apply (each backend declares ``PRECISIONS``)."""
+    from onnxbridge.backends import module_of
+
+    declared = tuple(getattr(backend or module_of("onnx"), "PRECISIONS", ()))
+    if precision not in declared:
+        hint = ("quantize the model (e.g. onnxruntime.quantization) and check it with `onnxbridge validate "
+                "--precision int8`, or convert to a backend that quantizes (--to dlc/tensorrt with --calibration)"
+                if backend is None and precision == "int8" else None)
+        raise BadInputError(f"--precision {precision} is not applied by --to {to} (it applies "
+                            f"{', '.join(declared) or 'none'})", hint=hint)
+
+
+def _check_opset(opset: int | None) -> None:
+    """An opset beyond what the installed onnx defines (or onnxruntime runs) is refused for every source."""
+    if opset is None:
+        return
+    import onnx
+
+    from onnxbridge.adapters import MIN_OPSET
+
+    known = onnx.defs.onnx_opset_version()
+    if opset > known:
+        raise BadInputError(f"--opset {opset} is newer than the installed onnx {onnx.__version__} defines (opsets up "
+                            f"to {known}); the ONNX checker and IR version table cannot vouch for it",
+                            hint=f"use --opset {known} or lower, or install a newer onnx")
+    if opset < MIN_OPSET:
+        raise BadInputError(f"--opset {opset} is below {MIN_OPSET}, the oldest opset onnxbridge delivers")
+
+
+def _library(name: str) -> str:
+    """The distributions behind a backend, with versions, for crash messages."""
+    from onnxbridge.backends import BACKENDS
+
+    plugin = BACKENDS.plugin(name)
+    found = [f"{d} {dist_version(d)}" for d in (*plugin.requires, *plugin.any_of) if dist_version(d)]
+    return ", ".join(found) or name
+
+
+def _hop_name(backend: str) -> str:
+    """What a backend's hop is called (its ``to``): what really runs, e.g. the DLC's ``qnn-htp-simulator``."""
+    from onnxbridge.backends import module_of
+
+    return getattr(module_of(backend), "HOP_NAME", backend)
+
+
+def _open_backend_runner(name: str, spec_or_skip, artifact: Path, onnx_path: Path | None):
+    """The backend's runner in the worker: the one its build described, else ``runner(artifact)``; raises
+    HopSkipped where it cannot run here and ArtifactMismatch where the artifact is not the graph it claims."""
+    from onnxbridge.backends import BACKENDS
+    from onnxbridge.errors import HopSkipped
+    from onnxbridge.worker import RunnerSpec, open_runner
+
+    if isinstance(spec_or_skip, HopSkipped):
+        raise spec_or_skip
+    spec = spec_or_skip or RunnerSpec(f"{BACKENDS.plugin(name).module}:runner",
+                                      {"path": str(artifact), "onnx_path": str(onnx_path) if onnx_path else None},
+                                      library=_library(name))
+    if not spec.library:
+        spec = RunnerSpec(spec.factory, spec.kwargs, _library(name))
+    return open_runner(spec, f"the {name} runner of {artifact.name}")
+
+
+def _backend_hop(name: str, onnx_path: Path, artifact: Path, samples: list[Sample], tol,
                  built_runner=None, source=None, latency_runs: int = 0) -> dict:
     """The backend's hop: onnxruntime on the ONNX model it was built from against the backend's runner (or the
-    one its build returned). A backend that cannot run here gives a skipped hop that says why."""
+    one its build described). A backend that cannot run here gives a skipped hop that says why; an artifact that
+    is not the graph it claims gives a failed one."""
     from onnxbridge import runtime
-    from onnxbridge.errors import HopSkipped
-    from onnxbridge.validation import skipped_hop, validate_hop
+    from onnxbridge.errors import ArtifactMismatch, HopSkipped
+    from onnxbridge.validation import failed_hop, skipped_hop, validate_hop
 
-    sess = runtime.session(onnx_path)
+    reference = runtime.open(onnx_path, what="the onnxruntime session of the ONNX model the backend was built from")
     try:
-        if isinstance(built_runner, HopSkipped):
-            raise built_runner
-        candidate = built_runner or backend.runner(artifact, onnx_path=onnx_path)
+        candidate = _open_backend_runner(name, built_runner, artifact, onnx_path)
     except HopSkipped as exc:
-        return skipped_hop("onnx", name, samples, tol, exc.one_line())
-    return validate_hop("onnx", name, lambda feeds: runtime.run(sess, feeds), candidate, samples,
-                        runtime.output_names(sess), tol, latency_runs, source=source)
+        return skipped_hop("onnx", _hop_name(name), samples, tol, exc.one_line())
+    except ArtifactMismatch as exc:
+        return failed_hop("onnx", _hop_name(name), samples, tol, exc.one_line())
+    return validate_hop("onnx", getattr(candidate, "hop_name", None) or name, reference, candidate, samples,
+                        reference.output_names, tol, latency_runs, source=source)
 
 
 def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol, source=None) -> dict:
@@ -204,10 +289,10 @@ def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol,
     from onnxbridge.validation import validate_hop
 
     path, have = before
-    ref, got = runtime.session(path), runtime.session(after)
-    return validate_hop(f"onnx@{have}", f"onnx@{default_opset(load_onnx(after))}",
-                        lambda feeds: runtime.run(ref, feeds), lambda feeds: runtime.run(got, feeds), samples,
-                        runtime.output_names(got), tol, source=source)
+    ref = runtime.open(path, what="the onnxruntime session of the exporter's model (before the opset adapters)")
+    got = runtime.open(after, what=f"the onnxruntime session of {_shown(after)}")
+    return validate_hop(f"onnx@{have}", f"onnx@{default_opset(load_onnx(after))}", ref, got, samples,
+                        got.output_names, tol, source=source)
 
 
 def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output: str | Path | None = None,
@@ -230,9 +315,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     fp16 model (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances.
     Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw`` (TensorFlow).
     """
-    from onnxbridge import builder
     from onnxbridge.backends import BACKENDS
-    from onnxbridge.fileio import detach_weights, load_onnx, save_onnx
     from onnxbridge.validation import Tolerance
 
     t0 = time.perf_counter()
@@ -245,6 +328,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
         raise BadInputError(f"a {to} output must end with {' or '.join(backend.SUFFIXES)}")
     if target is not None and backend is None:
         raise BadInputError("--target applies to backends (e.g. --to coreml), not to ONNX output")
+    _check_precision(to, backend, precision)
+    _check_opset(opset)
     tol = Tolerance.for_precision(precision, atol, rtol)
     out_path = Path(output) if output is not None else None
     if out_path is not None and isinstance(source, (str, Path)) and Path(source).exists() \
@@ -258,79 +343,21 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
         src = load_source(source, sample_inputs=sample_inputs, from_=from_, input_shapes=input_shapes,
                           dynamic=dynamic, input_names=input_names, trust=trust, seed=seed, **options)
         timings["load_s"] = time.perf_counter() - t
+    _check_loaded_names(src, input_names, input_shapes)
     source_info = {**src.info(), "path": str(source) if isinstance(source, (str, Path)) else None}
     rep = reports.new_report("convert", source=source_info, frameworks=[d for d in (src.framework, src.converter) if d])
-
-    with workdir() as scratch:
-        with steps.step(f"Exporting {src.kind} to ONNX"):
-            t = time.perf_counter()
-            exported = src.export(scratch, opset=opset, output_names=output_names, exporter=exporter)
-            timings["export_s"] = time.perf_counter() - t
-        rep["notes"] += exported.notes
-        rep["warnings"] += exported.warnings
-        with steps.step("Building the ONNX model"):
-            t = time.perf_counter()
-            model, base_dir = detach_weights(exported.model, exported.base_dir, scratch)
-            del exported.model
-            before = _keep_before_adapting(model, base_dir, scratch, opset) if validate and src.frontend != "onnx" \
-                else None
-            try:
-                model, notes = builder.finalize(model, opset=opset, source={
-                    "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
-                    "exporter": exported.exporter})
-            except UnsupportedError as exc:  # say what the export already tried, and record every blocker
-                if report is not None and opset is not None:
-                    _write_blocked(report, rep, model, opset, str(exc))
-                if not exported.notes:
-                    raise
-                raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
-            rep["notes"] += notes
-            if precision == "fp16" and backend is None:  # a backend applies its own compute precision
-                from onnxbridge.precision import to_fp16
-
-                model = to_fp16(model, base_dir=base_dir)
-                rep["notes"].append("weights and compute in fp16; inputs and outputs stay fp32 (Casts at the edges)")
-            timings["build_s"] = time.perf_counter() - t
-        dest = scratch / "model.onnx" if out_path is None or backend is not None else out_path
-        with steps.step(f"Writing {dest.name}"):
-            t = time.perf_counter()
-            files = save_onnx(model, dest, base_dir=base_dir, external_data=external_data,
-                              check=builder.check_file)
-            timings["write_s"] = time.perf_counter() - t
-        rep["artifact"] = _artifact(dest, "onnx", model, files)
-        del model
-        built_runner = None
-        if backend is not None:
-            from onnxbridge.backends import BuildContext
-
-            context = BuildContext(target=target, sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
-                                   dynamic=list(src.dynamic),
-                                   input_shapes={s.name: tuple(s.shape) for s in _parse_shapes(input_shapes)},
-                                   calibration=load_npz(calibration) if calibration is not None else None,
-                                   workdir=scratch, progress=steps)
-            with steps.step(f"Building the {to} model"):
-                t = time.perf_counter()
-                facts = backend.build(dest, out_path, target=target, precision=precision, context=context,
-                                      **backend_options)
-                rep["warnings"] += facts.pop("warnings", [])
-                rep["notes"] += facts.pop("notes", [])
-                built_runner = facts.pop("runner", None)
-                rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to,
-                                   "bytes": _size(out_path),
-                                   "backend": facts}
-                timings["backend_s"] = time.perf_counter() - t
-        if validate:
-            with steps.step("Validating against the source framework"):
-                t = time.perf_counter()
-                hop, used, source = _hop(src, dest, inputs, tol, rep, samples, seed, latency_runs)
-                rep["hops"].append(hop)
-                if before is not None:  # attribute a difference to the exporter or to the opset adapters
-                    rep["hops"].append(_onnx_hop(before, dest, used, tol, source))
-                if backend is not None:
-                    rep["hops"].append(_backend_hop(to, backend, dest, out_path, used, tol, built_runner, source,
-                                                    latency_runs))
-                timings["validate_s"] = time.perf_counter() - t
-        in_memory = load_onnx(dest, load_external_data=True) if out_path is None else None
+    written: list[Path] = []  # what is at the output paths: removed if the run ends in an error
+    try:
+        with workdir() as scratch:
+            in_memory = _convert_in(src, scratch, rep, timings, steps, written, to=to, backend=backend,
+                                    out_path=out_path, opset=opset, validate=validate, inputs=inputs,
+                                    input_shapes=input_shapes, output_names=output_names, exporter=exporter,
+                                    precision=precision, tol=tol, samples=samples, latency_runs=latency_runs,
+                                    seed=seed, external_data=external_data, report=report, target=target,
+                                    calibration=calibration, backend_options=backend_options)
+    except BaseException:
+        _remove(written)
+        raise
     timings["total_s"] = time.perf_counter() - t0
     rep["timings"] = {k: round(v, 4) for k, v in timings.items()}
     reports.finish(rep, validated=validate)
@@ -339,28 +366,190 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     return ConversionResult(out_path, in_memory, rep)
 
 
+def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, steps: Progress, written: list[Path], *,
+                to: str, backend, out_path: Path | None, opset: int | None, validate: bool, inputs: Any,
+                input_shapes, output_names, exporter: str, precision: str, tol, samples: int, latency_runs: int,
+                seed: int, external_data, report, target, calibration, backend_options: dict):
+    """``convert`` from the loaded source on: export, build, write (``written`` learns each path as it is
+    written), build the backend's artifact, validate. Returns the model when there is no output path."""
+    from onnxbridge import builder
+    from onnxbridge.fileio import detach_weights, load_onnx, save_onnx
+
+    with steps.step(f"Exporting {src.kind} to ONNX"):
+        t = time.perf_counter()
+        exported = src.export(scratch, opset=opset, output_names=output_names, exporter=exporter)
+        timings["export_s"] = time.perf_counter() - t
+    rep["notes"] += exported.notes
+    rep["warnings"] += exported.warnings
+    _check_exported_names(src, exported.model, output_names, tol)
+    with steps.step("Building the ONNX model"):
+        t = time.perf_counter()
+        model, base_dir = detach_weights(exported.model, exported.base_dir, scratch)
+        del exported.model
+        before = _keep_before_adapting(model, base_dir, scratch, opset) if validate and src.frontend != "onnx" \
+            else None
+        try:
+            model, notes = builder.finalize(model, opset=opset, source={
+                "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
+                "exporter": exported.exporter})
+        except UnsupportedError as exc:  # say what the export already tried, and record every blocker
+            if report is not None and opset is not None:
+                _write_blocked(report, rep, model, opset, str(exc))
+            if not exported.notes:
+                raise
+            raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
+        rep["notes"] += notes
+        if precision == "fp16" and backend is None:  # a backend applies its own compute precision
+            from onnxbridge.precision import to_fp16
+
+            model = to_fp16(model, base_dir=base_dir)
+            rep["notes"].append("weights and compute in fp16; inputs and outputs stay fp32 (Casts at the edges)")
+        timings["build_s"] = time.perf_counter() - t
+    dest = scratch / "model.onnx" if out_path is None or backend is not None else out_path
+    with steps.step(f"Writing {dest.name}"):
+        t = time.perf_counter()
+        files = save_onnx(model, dest, base_dir=base_dir, external_data=external_data, check=builder.check_file)
+        if dest == out_path:
+            written += [dest, *(dest.parent / f for f in files)]
+        timings["write_s"] = time.perf_counter() - t
+    rep["artifact"] = _artifact(dest, "onnx", model, files)
+    if backend is None:
+        rep["artifact"]["precision"] = {"requested": precision, "weights": precision, "compute": precision,
+                                        "inputs_outputs": "as exported (fp16: fp32 at the edges, Casts inside)"
+                                        if precision == "fp16" else "as exported"}
+    del model
+    built_runner = None
+    if backend is not None:
+        from onnxbridge.backends import BuildContext
+        from onnxbridge.worker import RelayedProgress, call
+
+        context = BuildContext(target=target, sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
+                               dynamic=list(src.dynamic),
+                               input_shapes={s.name: tuple(s.shape) for s in _parse_shapes(input_shapes)},
+                               calibration=load_npz(calibration) if calibration is not None else None,
+                               workdir=scratch, progress=RelayedProgress(steps.enabled))
+        with steps.step(f"Building the {to} model"):
+            t = time.perf_counter()
+            there = _identity(out_path)
+            try:
+                facts = call(f"{backend.__name__}:build", (dest, out_path),
+                             {"target": target, "precision": precision, "context": context, **backend_options},
+                             step=f"building the {to} model {out_path.name}", library=_library(to), progress=steps)
+            finally:  # a build that placed its artifact and then failed (or crashed) leaves nothing behind
+                if _identity(out_path) != there:
+                    written.append(out_path)
+            rep["warnings"] += facts.pop("warnings", [])
+            rep["notes"] += facts.pop("notes", [])
+            built_runner = facts.pop("runner", None)
+            applied = facts.pop("applied_precision", None)
+            rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to, "bytes": _size(out_path),
+                               "backend": facts}
+            if applied:
+                rep["artifact"]["precision"] = {"requested": precision, **applied}
+            timings["backend_s"] = time.perf_counter() - t
+    if validate:
+        with steps.step("Validating against the source framework"):
+            t = time.perf_counter()
+            hop, used, source = _hop(src, dest, inputs, tol, rep, samples, seed, latency_runs)
+            rep["hops"].append(hop)
+            if before is not None:  # attribute a difference to the exporter or to the opset adapters
+                rep["hops"].append(_onnx_hop(before, dest, used, tol, source))
+            if backend is not None:
+                rep["hops"].append(_backend_hop(to, dest, out_path, used, tol, built_runner, source, latency_runs))
+            timings["validate_s"] = time.perf_counter() - t
+    return load_onnx(dest, load_external_data=True) if out_path is None else None
+
+
+def _identity(path: Path) -> tuple | None:
+    """Which file (or folder) is at ``path`` now: a replaced one differs."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _remove(paths: list[Path]) -> None:
+    """Take away what a run that ended in an error wrote (files, or an .mlpackage folder)."""
+    import shutil
+
+    for path in paths:
+        if path is None:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def _check_loaded_names(src: "SourceModel", input_names, input_shapes) -> None:
+    """Every input name the user gave must be one the loaded model has (a frontend that ignored one is caught)."""
+    from onnxbridge.specs import check_names
+
+    names = [s.name for s in src.input_specs]
+    if input_names and list(input_names) != names:
+        raise BadInputError(f"--input-name {', '.join(input_names)} was not applied: the model's inputs are "
+                            f"{', '.join(map(repr, names))}")
+    check_names("--input-shape", [s.name for s in _parse_shapes(input_shapes)], names)
+
+
+def _check_exported_names(src: "SourceModel", model: "onnx.ModelProto", output_names, tol) -> None:
+    """--dynamic, --output-name and per-output --atol/--rtol names against the exported model."""
+    inits = {t.name for t in model.graph.initializer}
+    onnx_inputs = [i.name for i in model.graph.input if i.name not in inits]
+    outputs = [o.name for o in model.graph.output]
+    known = list(dict.fromkeys([*(s.name for s in src.input_specs), *onnx_inputs, *outputs]))
+    unknown = [d.name for d in src.dynamic if d.name not in known]
+    if unknown:
+        raise BadInputError(f"--dynamic names {', '.join(map(repr, dict.fromkeys(unknown)))}, which the model does "
+                            f"not have; its inputs are {', '.join(map(repr, onnx_inputs))} and its outputs "
+                            f"{', '.join(map(repr, outputs))}")
+    if output_names and list(output_names) != outputs:
+        raise BadInputError(f"--output-name gives {len(output_names)} name(s) ({', '.join(output_names)}) and they "
+                            f"were not applied: the exported model has {len(outputs)} output(s), "
+                            f"{', '.join(map(repr, outputs))}")
+    wrong = [n for n, _, _ in tol.per_output if n not in outputs]
+    if wrong:
+        raise BadInputError(f"--atol/--rtol name output(s) {', '.join(map(repr, wrong))} the model does not have; "
+                            f"its outputs are {', '.join(map(repr, outputs))}")
+
+
 def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs: Any, tol, rep: dict, count: int,
                   seed: int, latency_runs: int) -> dict:
     """Source -> a saved backend artifact, run by the backend's own runner (skipped where it cannot run)."""
-    from onnxbridge.backends import module_of
-    from onnxbridge.errors import HopSkipped
-    from onnxbridge.validation import skipped_hop
+    from onnxbridge.errors import ArtifactMismatch, HopSkipped
+    from onnxbridge.validation import failed_hop, skipped_hop
 
-    backend = module_of(kind)
-    info = backend.inspect(path)
+    info = inspect_artifact(path, kind)
     rep["artifact"] = {"path": str(path), "format": kind,
                        "bytes": _size(path),
                        "external_data": [], "backend": {k: v for k, v in info.items() if k not in ("path", "format")}}
     specs = [TensorSpec(i["name"], tuple(i["shape"] or ()), None) for i in info["inputs"]]
     onnx_path = Path(source) if isinstance(source, (str, Path)) and str(source).endswith(".onnx") else None
     try:
-        candidate = backend.runner(path, onnx_path=onnx_path)
-    except HopSkipped as exc:
+        candidate = _open_backend_runner(kind, None, path, onnx_path)
+    except (HopSkipped, ArtifactMismatch) as exc:
         samples = _samples(src, inputs, specs, count, seed)
         rep["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
-        return skipped_hop(src.frontend, kind, samples, tol, exc.one_line())
+        if isinstance(exc, HopSkipped):
+            return skipped_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line())
+        return failed_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line())
     return _source_hop(src, kind, candidate, specs, [o["name"] for o in info["outputs"]], inputs, tol, rep, count,
                        seed, latency_runs)[0]
+
+
+def inspect_artifact(path: str | Path, kind: str | None = None) -> dict:
+    """What a model file holds (``kind``: its backend, default by suffix). Backend artifacts are read in the
+    worker process: their readers (coremltools, TensorRT) are native code."""
+    from onnxbridge.backends import BACKENDS, for_file, module_of
+
+    kind = kind or for_file(path) or "onnx"
+    if kind == "onnx":
+        return module_of("onnx").inspect(path)
+    from onnxbridge.worker import call
+
+    return call(f"{BACKENDS.plugin(kind).module}:inspect", (str(path),), step=f"reading {Path(path).name}",
+                library=_library(kind))
 
 
 def _size(path: Path) -> int:
@@ -401,20 +590,26 @@ def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | N
     """Every blocker that stops ``model`` (ONNX) from reaching each backend in ``targets`` (and ``opset`` when
     given; ``target``: a deployment target such as Core ML's iOS16), found without converting: a report with command ``check``, status ``passed`` or ``blocked``, the
     ``blockers`` (each prefixed with its target) and ``targets`` (per backend: available, reason, blockers)."""
-    from onnxbridge.backends import BACKENDS, BuildContext, module_of
+    from onnxbridge.backends import BACKENDS, BuildContext
+    from onnxbridge.specs import check_names
+    from onnxbridge.worker import call
 
+    _check_opset(opset)
     rep = check_opset(model, opset, report=None) if opset is not None else \
         reports.new_report("check", source=_onnx_source_info(model))
     rep.setdefault("blockers", [])
     rep["blockers"] = [f"onnx@{opset}: {b}" for b in rep["blockers"]]
-    context = BuildContext(target=target, input_shapes={s.name: tuple(s.shape) for s in _parse_shapes(input_shapes)})
+    shapes = _parse_shapes(input_shapes)
+    check_names("--input-shape", [s.name for s in shapes], [i["name"] for i in rep["source"]["inputs"]])
+    context = BuildContext(target=target, input_shapes={s.name: tuple(s.shape) for s in shapes})
     rep["targets"] = {}
     for target in targets:
         status = BACKENDS.status(target)  # also refuses an unknown name
         if target == "onnx":
             found = []
-        else:
-            found = module_of(target).check(Path(model), context)
+        else:  # in the worker: a backend's own checks run its native libraries (onnxruntime-qnn, TensorRT)
+            found = call(f"{BACKENDS.plugin(target).module}:check", (Path(model), context),
+                         step=f"checking {Path(model).name} for {target}", library=_library(target))
         rep["targets"][target] = {"available": status["available"], "reason": status["reason"], "blockers": found}
         rep["blockers"] += [f"{target}: {b}" for b in found]
     rep["status"] = "blocked" if rep["blockers"] else "passed"

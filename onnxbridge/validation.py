@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from onnxbridge.compare import TOLERANCES, compare, merge
-from onnxbridge.errors import BadInputError
+from onnxbridge.errors import BadInputError, NativeCrash
 from onnxbridge.specs import Sample
 
 Runner = Callable[[Mapping[str, Any]], list]  # named inputs -> outputs in order
@@ -78,34 +78,55 @@ def _number(flag: str, value: Any) -> float:
     return number
 
 
-def median_latency(run: Runner, feeds: Mapping[str, Any], runs: int) -> float:
-    """Median seconds of ``runs`` calls after one warm-up call."""
+_UNTIMED = object()
+
+
+def timed(run: Runner, feeds: Mapping[str, Any]) -> tuple[list, float | None]:
+    """Outputs and the seconds the run took: what the runner measured itself (``last_seconds``: the time inside a
+    worker process, or None for an answer it did not compute), else the wall time of the call."""
+    t = time.perf_counter()
+    out = run(feeds)
+    wall = time.perf_counter() - t
+    own = getattr(run, "last_seconds", _UNTIMED)
+    return out, (wall if own is _UNTIMED else own)
+
+
+def median_latency(run: Runner, feeds: Mapping[str, Any], runs: int) -> float | None:
+    """Median seconds of ``runs`` fresh runs after one warm-up (a runner's ``fresh`` form is used when it has one,
+    on a copy of the feeds, so no cached answer is timed)."""
     import statistics
 
-    run(feeds)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        run(feeds)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    import numpy as np
+
+    fresh = getattr(run, "fresh", run)
+    feeds = {k: np.array(v, copy=True) for k, v in feeds.items()}
+    fresh(feeds)
+    times = [s for s in (timed(fresh, feeds)[1] for _ in range(runs)) if s is not None]
+    return statistics.median(times) if times else None
 
 
 class SourceOutputs:
     """The source framework's outputs, computed once per sample and shared by every hop (a sample it cannot
-    run raises the same error each time it is asked)."""
+    run raises the same error each time it is asked). ``last_seconds`` is the time of the last call when it
+    computed, None when it answered from its cache; ``fresh`` always computes."""
 
-    def __init__(self, run: Runner):
+    def __init__(self, run: Runner, what_ran: str | None = None):
         self.run = run
+        self.fresh = run
+        self.what_ran = what_ran
+        self.last_seconds: float | None = None
         self._cache: dict[int, Any] = {}
 
     def __call__(self, feeds: Mapping[str, Any]) -> list:
         key = id(feeds)
+        self.last_seconds = None
         if key not in self._cache:
+            t = time.perf_counter()
             try:
                 self._cache[key] = (self.run(feeds), None)
             except Exception as exc:  # noqa: BLE001 - re-raised for every hop that asks
                 self._cache[key] = (None, exc)
+            self.last_seconds = time.perf_counter() - t
         outputs, error = self._cache[key]
         if error is not None:
             raise error
@@ -156,27 +177,33 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
     vs_source: dict[str, dict] = {}
     notes: list[str] = list(fitted)
     errors: list[str] = []
+    findings: list[str] = []  # what the candidate found worth saying of a run (e.g. where fp16 overflowed)
     ran = 0
-    t_ref = t_cand = 0.0
+    seconds: dict[str, list[float]] = {src: [], dst: []}
     for i, sample in enumerate(samples):
-        t0 = time.perf_counter()
         try:
-            ref = reference(sample.feeds)
+            ref, t_ref = timed(reference, sample.feeds)
+        except NativeCrash:
+            raise
         except Exception as exc:
             if i == 0:
                 raise BadInputError(f"{src} model fails on the validation inputs {sample.shapes()}: "
                                     f"{' '.join(str(exc).split())[:300]}") from None
             notes.append(f"sample {i} ({sample.origin}) skipped: {src} does not run at {sample.shapes()}")
             continue
-        t1 = time.perf_counter()
         try:
-            got = candidate(sample.feeds)
+            got, t_cand = timed(candidate, sample.feeds)
+        except NativeCrash:
+            raise
         except Exception as exc:
             errors.append(f"{dst} fails at input shapes {sample.shapes()} where {src} runs: "
                           f"{' '.join(str(exc).split())[:300]}")
             continue
-        t2 = time.perf_counter()
-        t_ref, t_cand, ran = t_ref + (t1 - t0), t_cand + (t2 - t1), ran + 1
+        findings += [n for n in getattr(candidate, "last_notes", None) or () if n not in findings]
+        ran += 1
+        for side, t in ((src, t_ref), (dst, t_cand)):
+            if t is not None:
+                seconds[side].append(t)
         if len(ref) != len(got):
             errors.append(f"{dst} has {len(got)} outputs, {src} has {len(ref)}")
             continue
@@ -195,13 +222,17 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
                 vs_source[name] = merge(vs_source.get(name), compare(r, g, atol=atol, rtol=rtol))
 
     passed = not errors and ran > 0 and all(o["passed"] for o in outputs.values())
+    if not passed and findings:  # the candidate's own account of what went wrong belongs with the failure
+        errors += findings
+    else:
+        notes += findings
     if latency_runs > 0 and ran > 0 and not errors:  # same inputs for both sides: the first sample
         latency = {src: median_latency(reference, samples[0].feeds, latency_runs),
                    dst: median_latency(candidate, samples[0].feeds, latency_runs)}
-        method = f"median of {latency_runs} runs after a warm-up, first sample"
+        method = f"median of {latency_runs} fresh runs after a warm-up, first sample"
     else:
-        latency = {src: t_ref / ran if ran else None, dst: t_cand / ran if ran else None}
-        method = "mean of the validation runs"
+        latency = {side: sum(t) / len(t) if t else None for side, t in seconds.items()}
+        method = "mean of the validation runs that computed"
     record = {
         "from": src, "to": dst, "status": "passed" if passed else "failed", "passed": passed,
         "samples": ran, "sample_shapes": [s.shapes() for s in samples],
@@ -210,7 +241,12 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
         "errors": errors, "notes": notes,
         "latency_s": latency,
         "latency_method": method,
+        "runtimes": {side: what for side, what in ((src, getattr(reference, "what_ran", None)),
+                                                   (dst, getattr(candidate, "what_ran", None))) if what},
+        "artifact_checked": getattr(candidate, "artifact_checked", None) or "executed",
     }
+    if getattr(candidate, "artifact_check", None):
+        record["artifact_check"] = candidate.artifact_check
     if source is not None and vs_source:
         record["vs_source"] = {"passed": all(o["passed"] for o in vs_source.values()),
                                "outputs": [{"name": k, **{m: v[m] for m in VS_SOURCE_KEYS if m in v}}
@@ -226,4 +262,12 @@ def skipped_hop(src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, r
     """The record of a hop that could not run here (no GPU, no simulator): status skipped, never passed."""
     return {"from": src, "to": dst, "status": "skipped", "passed": False, "samples": 0,
             "sample_shapes": [s.shapes() for s in samples], "tolerance": tol.as_dict(), "outputs": [],
-            "errors": [], "notes": [f"skipped: {reason}"], "skipped_reason": reason, "latency_s": {}}
+            "errors": [], "notes": [f"skipped: {reason}"], "skipped_reason": reason, "latency_s": {},
+            "artifact_checked": "not run"}
+
+
+def failed_hop(src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, error: str) -> dict:
+    """The record of a hop that failed before any comparison (e.g. the artifact is not the graph it claims)."""
+    return {"from": src, "to": dst, "status": "failed", "passed": False, "samples": 0,
+            "sample_shapes": [s.shapes() for s in samples], "tolerance": tol.as_dict(), "outputs": [],
+            "errors": [error], "notes": [], "latency_s": {}, "artifact_checked": "structure"}

@@ -64,6 +64,15 @@ def cli(monkeypatch):
     return run
 
 
+@pytest.fixture
+def native_in_process(monkeypatch):
+    """Run backend builds and runners in this process instead of the worker, so a test can monkeypatch them
+    (the isolation itself is tested in tests/test_worker.py)."""
+    from onnxbridge.worker import IN_PROCESS_ENV
+
+    monkeypatch.setenv(IN_PROCESS_ENV, "1")
+
+
 @pytest.fixture(autouse=True)
 def every_written_report_matches_the_schema(monkeypatch):
     """Every report a test makes onnxbridge write (--report, report=) is checked against the JSON Schema."""

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from onnxbridge.errors import BadInputError, ExportError, UnavailableError
+from onnxbridge.errors import BadInputError, ExportError, NativeCrash, UnavailableError
 from onnxbridge.isolation import call_isolated, require_importable
 
 
@@ -23,13 +23,14 @@ def test_other_exceptions_become_export_errors():
         call_isolated("fractions:Fraction", {"numerator": 1, "denominator": 0}, what="a fraction")
 
 
-def test_a_crash_names_the_signal():
-    with pytest.raises(ExportError, match=r"a native call crashed \(SIGSEGV\)"):
-        call_isolated("ctypes:string_at", {"ptr": 0}, what="a native call")
+def test_a_crash_names_the_step_the_library_and_the_signal():
+    with pytest.raises(NativeCrash, match=r"a native call: libc crashed \(SIGSEGV\)") as info:
+        call_isolated("ctypes:string_at", {"ptr": 0}, what="a native call", library="libc")
+    assert info.value.exit_code == 4
 
 
 def test_a_timeout_is_an_error():
-    with pytest.raises(ExportError, match="did not finish within 1 s"):
+    with pytest.raises(NativeCrash, match="did not finish within 1 s"):
         call_isolated("subprocess:call", {"args": ["sleep", "30"]}, what="sleeping", timeout=1)
 
 

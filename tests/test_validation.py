@@ -71,7 +71,7 @@ def test_validate_with_user_inputs(cli, cnn_onnx, tmp_path):
         assert rep["inputs"]["samples"] == [{"x": [4, 3, 32, 32]}, {"x": [5, 3, 32, 32]}]
         assert rep["inputs"]["origin"].startswith("user inputs")
     np.savez(tmp_path / "wrong.npz", y=x, z=x)
-    assert_one_line_error(cli("validate", FACTORY, cnn_onnx, "--inputs", tmp_path / "wrong.npz"), 2, "missing")
+    assert_one_line_error(cli("validate", FACTORY, cnn_onnx, "--inputs", tmp_path / "wrong.npz"), 2, "name no input", "'x'")
 
 
 def test_validate_onnx_against_onnx(cli, cnn_onnx, tmp_path):

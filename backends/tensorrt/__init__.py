@@ -13,6 +13,7 @@ from typing import Callable, Mapping
 NAME = "tensorrt"
 SUFFIXES = (".engine", ".plan")
 OPTIONS = ("shapes", "workspace", "timing_cache", "calibration", "flavour")  # calibration: as context.calibration
+PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,

@@ -121,7 +121,18 @@ def build(flavour: "Flavour", onnx_path: Path, output: Path, *, precision: str, 
              "network_layers": network.num_layers, "inputs": inputs, "outputs": outputs,
              "build_s": round(build_s, 4), "engine_bytes": len(data)}
     artifact.write(output, data, facts)
-    return {**facts, "warnings": _dedupe(warnings)}
+    return {**facts, "applied_precision": applied_precision(flavour, precision), "warnings": _dedupe(warnings)}
+
+
+def applied_precision(flavour: "Flavour", precision: str) -> dict:
+    """What the engine computes in, as far as the build decides it (the report's ``artifact.precision``)."""
+    if precision == "int8":  # Q/DQ in the graph: int8 weights and activations where TensorRT fuses them
+        return {"weights": "int8", "compute": "int8 (Q/DQ in the graph; TensorRT keeps unfused layers in fp32)"}
+    if precision == "fp16" and flavour.features["fp16_flag"]:  # weakly typed: TensorRT may still pick fp32 kernels
+        return {"weights": "fp16 where TensorRT chose fp16 kernels", "compute": "fp16 allowed (builder flag FP16)"}
+    if precision == "fp16":
+        return {"weights": "fp16", "compute": "fp16 (strongly typed graph; LayerNormalization kept in fp32)"}
+    return {"weights": "fp32", "compute": "fp32"}
 
 
 def _load_cache(flavour: "Flavour", config, path: str | None, warnings: list[str]) -> dict:

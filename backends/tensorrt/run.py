@@ -25,6 +25,8 @@ class Runner:
         names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
         self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.outputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        self.what_ran = (f"{self.flavour.name} {self.flavour.version}: the engine file {Path(path).name} on "
+                         f"{self.memory.device_name()}")
 
     def __call__(self, feeds: Mapping) -> list:
         import numpy as np
@@ -84,6 +86,9 @@ class _Torch:
     def __init__(self, torch):
         self.torch = torch
 
+    def device_name(self) -> str:
+        return self.torch.cuda.get_device_name(0)
+
     def upload(self, arr):
         return self.torch.from_numpy(arr).cuda()
 
@@ -116,6 +121,13 @@ class _CudaPython:
 
     def __init__(self, cudart):
         self.rt = cudart
+
+    def device_name(self) -> str:
+        try:
+            name = self._check(self.rt.cudaGetDeviceProperties(0)).name
+            return (name.decode() if isinstance(name, bytes) else str(name)).strip("\x00") or "a CUDA device"
+        except Exception:  # noqa: BLE001 - a name is a nicety
+            return "a CUDA device"
 
     def _check(self, result):
         err, *rest = result if isinstance(result, tuple) else (result,)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxbridge.errors import BadInputError, ExportError
+from onnxbridge.errors import BadInputError, ExportError, NativeCrash, UnsupportedError
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.paddle.convert import MAX_OPSET, paddle2onnx_opset, paddle_message
 from onnxbridge.frontends.paddle.files import inference_files
@@ -169,9 +169,17 @@ class PaddleModel(SourceModel):
             raise BadInputError(f"unknown exporter '{exporter}' for Paddle; known: paddle2onnx")
         program, params = self._inference_files(workdir / "paddle")
         save = workdir / "paddle2onnx.onnx"
-        call_isolated("onnxbridge.frontends.paddle.convert:to_onnx",
-                      {"program": str(program), "params": str(params), "save_file": str(save),
-                       "opset": paddle2onnx_opset(opset), "scratch": str(workdir)}, what="paddle2onnx")
+        try:
+            call_isolated("onnxbridge.frontends.paddle.convert:to_onnx",
+                          {"program": str(program), "params": str(params), "save_file": str(save),
+                           "opset": paddle2onnx_opset(opset), "scratch": str(workdir)}, what="paddle2onnx",
+                          library=f"paddle2onnx {dist_version('paddle2onnx')}")
+        except NativeCrash as exc:  # paddle2onnx refuses an operator it lacks by aborting its process
+            if "unsupported operators" not in exc.output:
+                raise
+            said = [ln.strip() for ln in exc.output.splitlines() if "Paddle2ONNX" in ln and ln.strip()]
+            raise UnsupportedError(f"paddle2onnx {dist_version('paddle2onnx')} cannot convert an operator of this "
+                                   f"model (it aborted, saying: {' | '.join(said[-3:])[:300]})") from None
         try:
             model = onnx.load(str(save))
         except Exception as exc:

@@ -129,8 +129,7 @@ class SklearnModel(SourceModel):
             return [shape(getattr(self.estimator, method)(x)) for method, shape in self.outputs]
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        if self._reference0 is not None and feeds is self.sample.feeds:
-            return self._reference0
+        """A fresh prediction on ``feeds`` (never a cached answer: validation times these calls)."""
         return self._predict(feeds)
 
     # export ----------------------------------------------------------------------------------

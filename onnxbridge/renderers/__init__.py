@@ -51,4 +51,6 @@ def verdict(out: dict) -> str:
             f"(atol {out.get('atol', 0):g}, rtol {out.get('rtol', 0):g}), needs atol {out['required_atol']:.3g}")
     if "top1_agreement" in out:
         text += f", top-1 agreement {out['top1_agreement']:.2%}"
+    if out.get("reason"):  # NaN/inf on one side: the metrics above cover the finite values only
+        text = f"{out['reason']}; over the finite values: {text}"
     return text

@@ -75,6 +75,24 @@ def hop_diagram_svg(report: dict) -> str:
     return "".join(parts)
 
 
+def _ran(hop: dict) -> str:
+    """What ran on each side of a hop and how long a run took there (latency), as a small table."""
+    sides = list(dict.fromkeys([hop["from"], hop["to"], *hop.get("runtimes", {}), *hop.get("latency_s", {})]))
+    rows = []
+    for side in sides:
+        seconds = hop.get("latency_s", {}).get(side)
+        what = hop.get("runtimes", {}).get(side)
+        if seconds is None and not what:
+            continue
+        rows.append(f"<tr><th>{escape(side)}</th><td>{escape(what or '')}</td>"
+                    f"<td>{'' if seconds is None else f'{seconds * 1e3:.3g} ms'}</td></tr>")
+    if not rows:
+        return ""
+    method = escape(hop.get("latency_method", ""))
+    return (f'<table class="ran"><tr><th>side</th><th>what ran</th><th>latency ({method})</th></tr>'
+            + "".join(rows) + "</table>")
+
+
 def _table(rows: list[tuple[str, str]]) -> str:
     return "<table>" + "".join(f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
 
@@ -104,6 +122,7 @@ def render(report: dict) -> str:
                     f'<p>{hop["samples"]} sample(s); {escape(tol["precision"])} tolerance atol {tol["atol"]:g}, '
                     f'rtol {tol["rtol"]:g}{"; " + escape(tol["reason"]) if tol.get("reason") else ""}</p>')
         body += [f'<p class="fail">error: {escape(e)}</p>' for e in hop["errors"]]
+        body.append(_ran(hop))
         drift = hop.get("vs_source")
         if drift:
             worst = max((o.get("max_abs", 0.0) for o in drift["outputs"]), default=0.0)

@@ -38,7 +38,7 @@ def render(report: dict) -> str:
                 f"{out['cosine']:.6f}" if numeric else "-", f"{out.get('mismatch_fraction', 0):.2%}",
                 _cell(out["required_atol"]) if numeric else "-",
                 f"{out['top1_agreement']:.2%}" if "top1_agreement" in out else "-",
-                "✅" if out["passed"] else "❌ " + out.get("error", "")]) + " |")
+                "✅" if out["passed"] else "❌ " + (out.get("error") or out.get("reason") or "")]) + " |")
         for hop in report["hops"]:
             lines += [f"- ❌ {hop['from']} → {hop['to']}: {e}" for e in hop["errors"]]
             if hop["status"] == "skipped":

@@ -234,7 +234,7 @@ def test_custom_domain_op_is_named_with_its_domain(tmp_path):
         engine.parse(flavours.load(), src)
 
 
-def test_missing_tensorrt_exits_3_with_the_install_hint(cli, tmp_path, monkeypatch):
+def test_missing_tensorrt_exits_3_with_the_install_hint(cli, tmp_path, monkeypatch, native_in_process):
     import sys
 
     src = conv_onnx(tmp_path / "m.onnx")
@@ -306,7 +306,7 @@ def test_check_targets_tensorrt(cli, tmp_path):
     assert any("acme.ops::FancyOp" in b and "'fancy0'" in b for b in blockers), blockers
 
 
-def test_preflight_adapts_to_the_opset_ceiling(cli, tmp_path, monkeypatch):
+def test_preflight_adapts_to_the_opset_ceiling(cli, tmp_path, monkeypatch, native_in_process):
     monkeypatch.setitem(flavours.OPSET_CEILING, "11", 16)
     src = conv_onnx(tmp_path / "m.onnx", opset=18)
     res = cli("convert", src, "--to", "tensorrt", "-o", tmp_path / "m.engine", "--report", tmp_path / "r.json")

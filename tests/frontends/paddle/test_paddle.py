@@ -174,23 +174,25 @@ def test_bad_model_files(cli, paddle_files, tmp_path, which, name, needle):
 
 
 def test_a_paddle2onnx_crash_is_an_error(monkeypatch, net, tmp_path):
-    """paddle2onnx aborts the process above opset 21; in the child process that is an ExportError."""
+    """paddle2onnx aborts the process above opset 21; in the child process that is a NativeCrash (exit 4: asking
+    for that opset is our bug) naming the library and the signal."""
     from onnxbridge.frontends.paddle import convert
 
-    from onnxbridge.errors import ExportError
+    from onnxbridge.errors import NativeCrash
 
     monkeypatch.setattr(convert, "MAX_OPSET", 23)
     spec = [IMAGE]
-    with pytest.raises(ExportError, match=r"paddle2onnx crashed \(SIGABRT\)"):
+    with pytest.raises(NativeCrash, match=r"paddle2onnx: paddle2onnx \S+ crashed \(SIGABRT\)"):
         onnxbridge.convert(net, spec, output=tmp_path / "n.onnx", opset=22)
     assert not (tmp_path / "n.onnx").exists()
 
 
 def test_unsupported_operator_is_an_error(cli, tmp_path):
-    """paddle2onnx aborts on an operator it lacks (svd): an ExportError, and the caller's process lives."""
-    from onnxbridge.errors import ExportError
+    """paddle2onnx aborts on an operator it lacks (svd): that is its refusal, an UnsupportedError (exit 2) quoting
+    it, and the caller's process lives."""
+    from onnxbridge.errors import UnsupportedError
 
-    with pytest.raises(ExportError, match="paddle2onnx crashed .*unsupported operators"):
+    with pytest.raises(UnsupportedError, match="cannot convert an operator .*unsupported operators"):
         onnxbridge.convert(Singular(), paddle.static.InputSpec([4, 4], "float32"), output=tmp_path / "s.onnx")
     assert not (tmp_path / "s.onnx").exists()
 

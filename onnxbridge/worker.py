@@ -1,0 +1,365 @@
+"""Native code behind a process boundary: a crash there is an error here, never the end of the run.
+
+onnxruntime, onnxruntime-qnn, TensorRT and coremltools can end a process with a signal (a SIGSEGV in an optimizer
+pass, a SIGABRT in a QNN backend). Everything that creates or runs their sessions, and every backend build, runs in
+a worker: a child Python process (``python -m onnxbridge.worker``) that takes calls over a private socket. When it
+dies, the call raises ``NativeCrash`` (exit 4) naming the step, the library and the signal; the next call starts a
+fresh worker. One worker serves a whole process (started on first use, stopped at exit), so its start-up cost is
+paid once.
+
+Runners live in the worker: ``open_runner(RunnerSpec(...))`` calls the spec's factory there and returns a proxy
+whose calls send feeds and get outputs back, with the seconds the run took inside the worker (``last_seconds``),
+so latency figures carry no transfer cost.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from onnxbridge import errors
+from onnxbridge.errors import NativeCrash, OnnxBridgeError
+
+# attributes of a runner object the parent may read (see ``RemoteRunner``)
+RUNNER_ATTRIBUTES = ("compute_precision", "static_shapes", "hop_name", "what_ran", "artifact_checked",
+                     "artifact_check", "input_specs", "output_names", "fp16")
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """How to make a runner in the worker: ``factory`` ("module:function") called with ``kwargs``, plain values
+    only (paths as str, numbers, lists, dicts). ``library`` names the native code it runs, for crash messages.
+
+    The object the factory returns is called with a name -> array mapping and returns the outputs in order; it
+    may raise ``HopSkipped`` (from the factory or a call) when it cannot run here. Optional attributes, read by
+    the parent once: ``compute_precision`` ("fp16": held to the fp16 tolerance), ``static_shapes`` (name -> dims:
+    the only shapes it takes), ``hop_name`` (the hop's ``to``, default the backend's name), ``what_ran`` (one line:
+    what produced the numbers), ``artifact_checked`` ("executed" or "structure") and ``artifact_check`` (a dict of
+    facts), ``input_specs`` / ``output_names``. After each call, ``last_notes`` (a list of lines) says what
+    the run found worth reporting (e.g. where an fp16 value overflowed).
+    """
+
+    factory: str
+    kwargs: dict = field(default_factory=dict)
+    library: str = ""
+
+
+def _resolve(target: str):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+class Worker:
+    """One child process and the socket to it. ``call`` runs ``module:function`` there; ``open`` keeps an object
+    there and returns its handle. Not thread-safe: one call at a time."""
+
+    def __init__(self) -> None:
+        parent, child = socket.socketpair()
+        self._log = tempfile.TemporaryFile(mode="w+b")
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1",  # the worker imports what this process can
+               "PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "onnxbridge.worker", str(child.fileno())],
+                                     pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=self._log, env=env, start_new_session=True)
+        child.close()
+        from multiprocessing.connection import Connection
+
+        self._sock = parent
+        self.conn = Connection(os.dup(parent.fileno()))
+        parent.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def request(self, message: tuple, *, step: str, library: str, timeout: float | None = None,
+                progress=None) -> Any:
+        """Send ``message``, return the answer; a dead worker raises NativeCrash, an error there is raised here.
+        Lines the call prints through a ``RelayedProgress`` go to ``progress`` (a ``Progress``) meanwhile."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self.conn.send(message)
+            while True:
+                left = None if deadline is None else max(deadline - time.monotonic(), 0)
+                if left is not None and not self.conn.poll(left):
+                    self.kill()
+                    raise NativeCrash(f"{step} did not finish within {timeout:.0f} s ({library or 'native code'})")
+                status, value = self.conn.recv()
+                if status != "progress":
+                    break
+                if progress is not None and getattr(progress, "enabled", False):
+                    progress.console.print(value)
+        except (EOFError, OSError, BrokenPipeError):
+            raise self._crash(step, library) from None
+        except BaseException:  # Ctrl-C mid-call: its answer would reach the next call, so this worker goes
+            self.kill()
+            raise
+        if status == "ok":
+            return value
+        raise _rebuild_error(value)
+
+    def _crash(self, step: str, library: str) -> NativeCrash:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if code is not None and code < 0:
+            try:
+                how = f"crashed ({signal.Signals(-code).name})"
+            except ValueError:
+                how = f"crashed (signal {-code})"
+        else:
+            how = f"exited with status {code}"
+        tail = self.tail()
+        crash = NativeCrash(f"{step}: {library or 'native code'} {how}" + (f"; it printed: {tail}" if tail else ""))
+        crash.output = self.printed()
+        return crash
+
+    def printed(self, limit: int = 20000) -> str:
+        """The last ``limit`` bytes the worker printed (its stdout and stderr)."""
+        try:
+            self._log.seek(0, os.SEEK_END)
+            size = self._log.tell()
+            self._log.seek(max(size - limit, 0))
+            return self._log.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def tail(self, lines: int = 3) -> str:
+        """The last lines the worker printed that say something: not Python's fault-handler frames nor the
+        crash banners native libraries print (their signal is named already)."""
+        noise = ("Fatal Python error", "Current thread", "Thread 0x", "  File ", "Extension modules", "Stack (most",
+                 "FatalError: `", "[TimeInfo:", "[SignalInfo:", "-----", "Error Message Summary", "C++ Traceback",
+                 "No stack trace")
+        kept = [ln.strip() for ln in self.printed().splitlines() if ln.strip() and not ln.strip().startswith(noise)]
+        return " | ".join(kept[-lines:])[:400]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait()
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        self._log.close()
+
+
+_lock = threading.Lock()
+_worker: Worker | None = None
+
+
+def worker() -> Worker:
+    """The process's worker, started (or restarted after a crash) on demand."""
+    global _worker
+    with _lock:
+        if _worker is None or not _worker.alive:
+            if _worker is not None:
+                _worker.kill()
+            _worker = Worker()
+        return _worker
+
+
+@atexit.register
+def shutdown() -> None:
+    """Stop the worker (at exit, or to free what it holds)."""
+    global _worker
+    if _worker is not None:
+        _worker.kill()
+        _worker = None
+
+
+IN_PROCESS_ENV = "ONNXBRIDGE_IN_PROCESS"  # "1": run native code in this process (debugging; a crash ends the run)
+
+
+def in_process() -> bool:
+    return os.environ.get(IN_PROCESS_ENV) == "1"
+
+
+def call(function: str, args: tuple = (), kwargs: dict | None = None, *, step: str, library: str = "",
+         timeout: float | None = None, progress=None) -> Any:
+    """``module:function(*args, **kwargs)`` in the worker (arguments and result are pickled: our own process).
+    ``step`` says what it does, for the message if the worker dies; ``progress``: where lines the call prints
+    through a ``RelayedProgress`` argument go."""
+    global _sink
+    if in_process():
+        saved, _sink = _sink, (progress.console.print if progress is not None and progress.enabled else None)
+        try:
+            return _resolve(function)(*args, **(kwargs or {}))
+        finally:
+            _sink = saved
+    return worker().request(("call", function, tuple(args), dict(kwargs or {})), step=step, library=library,
+                            timeout=timeout, progress=progress)
+
+
+_sink = None  # where a RelayedProgress prints: the socket to the parent in the worker, a console in process
+
+
+class RelayedProgress:
+    """A ``Progress`` as a call in the worker sees it: ``console.print(text)`` reaches the parent's console."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    @property
+    def console(self) -> "RelayedProgress":
+        return self
+
+    def print(self, text: str) -> None:
+        if self.enabled and _sink is not None:
+            _sink(text)
+
+
+class RemoteRunner:
+    """A runner living in the worker. Calls send feeds, return outputs; ``last_seconds`` is the time the run took
+    there. Attributes named in ``RUNNER_ATTRIBUTES`` are copied from the object when it is made."""
+
+    def __init__(self, spec: RunnerSpec, step: str):
+        self.spec, self.step = spec, step
+        self._worker = worker()
+        self.handle, attributes = self._worker.request(("open", spec.factory, spec.kwargs), step=step,
+                                                       library=spec.library)
+        for name in RUNNER_ATTRIBUTES:
+            setattr(self, name, attributes.get(name))
+        self.last_seconds: float | None = None
+        self.last_notes: list[str] = []
+
+    def __call__(self, feeds: Mapping[str, Any]) -> list:
+        if not self._worker.alive:
+            raise NativeCrash(f"{self.step}: the worker holding this runner is gone")
+        outputs, self.last_seconds, self.last_notes = self._worker.request(
+            ("run", self.handle, dict(feeds), False), step=f"running {self.step}", library=self.spec.library)
+        return outputs
+
+    def fresh(self, feeds: Mapping[str, Any]) -> list:
+        """The object's ``fresh`` run where it has one (what latency figures time), else a plain call."""
+        if not self._worker.alive:
+            raise NativeCrash(f"{self.step}: the worker holding this runner is gone")
+        outputs, self.last_seconds, _ = self._worker.request(
+            ("run", self.handle, dict(feeds), True), step=f"running {self.step}", library=self.spec.library)
+        return outputs
+
+    def close(self) -> None:
+        if self._worker.alive:
+            try:
+                self._worker.request(("close", self.handle), step="closing a runner", library="")
+            except OnnxBridgeError:
+                pass
+
+    def __del__(self) -> None:  # sessions hold models in memory: free them with the proxy
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class LocalRunner:
+    """``RemoteRunner``'s twin in this process (``ONNXBRIDGE_IN_PROCESS=1``): same attributes and timings."""
+
+    def __init__(self, spec: RunnerSpec, step: str):
+        self.spec, self.step = spec, step
+        self.obj = _resolve(spec.factory)(**spec.kwargs)
+        for name in RUNNER_ATTRIBUTES:
+            setattr(self, name, getattr(self.obj, name, None))
+        self.last_seconds: float | None = None
+        self.last_notes: list[str] = []
+
+    def _run(self, feeds: Mapping[str, Any], fresh: bool) -> list:
+        run = getattr(self.obj, "fresh", self.obj) if fresh else self.obj
+        t = time.perf_counter()
+        outputs = run(feeds)
+        seconds = time.perf_counter() - t
+        self.last_seconds = seconds if fresh else getattr(self.obj, "last_seconds", seconds)
+        self.last_notes = list(getattr(self.obj, "last_notes", None) or ())
+        return outputs
+
+    def __call__(self, feeds: Mapping[str, Any]) -> list:
+        return self._run(feeds, False)
+
+    def fresh(self, feeds: Mapping[str, Any]) -> list:
+        return self._run(feeds, True)
+
+
+def open_runner(spec: RunnerSpec, step: str) -> "RemoteRunner | LocalRunner":
+    """The runner ``spec`` describes, living in the worker (here with ``ONNXBRIDGE_IN_PROCESS=1``)."""
+    return LocalRunner(spec, step) if in_process() else RemoteRunner(spec, step)
+
+
+def _rebuild_error(value: dict) -> Exception:
+    cls = getattr(errors, value["class"], None)
+    if isinstance(cls, type) and issubclass(cls, OnnxBridgeError):
+        return cls(value["message"], hint=value.get("hint"))
+    return errors.WorkerError(value["message"])
+
+
+def _error(exc: BaseException) -> dict:
+    if isinstance(exc, OnnxBridgeError):
+        return {"class": type(exc).__name__, "message": str(exc), "hint": exc.hint}
+    return {"class": "WorkerError", "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}"}
+
+
+def _serve(fd: int) -> None:
+    global _sink
+    from multiprocessing.connection import Connection
+
+    conn = Connection(fd)
+    _sink = lambda text: conn.send(("progress", text))  # noqa: E731
+    objects: dict[int, Any] = {}
+    next_handle = 0
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        kind = message[0]
+        try:
+            if kind == "call":
+                _, target, args, kwargs = message
+                answer = _resolve(target)(*args, **kwargs)
+            elif kind == "open":
+                _, factory, kwargs = message
+                obj = _resolve(factory)(**kwargs)
+                next_handle += 1
+                objects[next_handle] = obj
+                answer = (next_handle, {n: getattr(obj, n) for n in RUNNER_ATTRIBUTES if hasattr(obj, n)})
+            elif kind == "run":
+                _, handle, feeds, fresh = message
+                obj = objects[handle]
+                run = getattr(obj, "fresh", obj) if fresh else obj
+                t = time.perf_counter()
+                outputs = run(feeds)
+                seconds = time.perf_counter() - t
+                own = getattr(obj, "last_seconds", seconds) if not fresh else seconds  # None: not a timing
+                answer = (outputs, own, list(getattr(obj, "last_notes", None) or ()))
+            elif kind == "close":
+                obj = objects.pop(message[1], None)
+                closer = getattr(obj, "close", None)
+                if callable(closer):
+                    closer()
+                answer = None
+            else:
+                raise ValueError(f"unknown request {kind!r}")
+            reply = ("ok", answer)
+        except BaseException as exc:  # noqa: BLE001 - every error goes back to the parent
+            reply = ("error", _error(exc))
+        try:
+            conn.send(reply)
+        except Exception as exc:  # noqa: BLE001 - e.g. an answer that cannot be pickled
+            conn.send(("error", _error(exc)))
+
+
+if __name__ == "__main__":  # serve from the importable module, whose globals the calls see (not __main__'s)
+    importlib.import_module("onnxbridge.worker")._serve(int(sys.argv[1]))
