@@ -1,5 +1,7 @@
 """SNPE / QAIRT DLC backend: the QAIRT SDK's converter when installed, else onnxruntime-qnn's QnnIr serializer on
-a prepared ONNX model (static shapes, folded, opset <= 22, one QNN partition); checked on the x86 HTP simulator.
+a prepared ONNX model (static shapes, folded, opset <= 22, one QNN partition). Nothing pip-installable executes a
+.dlc on x86: the hop (``qnn-htp-simulator``) runs the prepared model on onnxruntime-qnn's x86 HTP simulator, and the
+.dlc is proven by structure to hold exactly that graph (``structure.compare``); an SDK-written DLC's hop is skipped.
 
 Module imports stay light: ``inspect`` reads a DLC with our own ZIP + FlatBuffer reader and needs no Qualcomm
 library; ``onnxruntime_qnn`` is imported only to build or run.
@@ -11,11 +13,17 @@ from pathlib import Path
 NAME = "dlc"
 SUFFIXES = (".dlc",)
 OPTIONS = ("calibration", "flavour")  # --calibration reaches build() loaded, as context.calibration
+# fp32 and fp16 DLCs (the HTP simulator computes both in fp16); int8: a QDQ model calibrated on --calibration
+PRECISIONS = ("fp32", "fp16", "int8")
+# the hop's name (its ``to``): what runs is the prepared ONNX on the HTP simulator, never the .dlc; runners carry it
+# as ``hop_name``, and a hop that ends before a runner exists (skipped, or failed by the structure check) can use it
+HOP_NAME = "qnn-htp-simulator"
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           flavour: str | None = None) -> dict:
-    """Write ``output`` atomically; facts for the report (``runner``: the HTP-simulator check of what was built)."""
+    """Write ``output`` atomically; facts for the report (``runner``: a ``RunnerSpec`` of the HTP-simulator check
+    of what was built, or ``HopSkipped``)."""
     from onnxbridge.backends.dlc.convert import build as build_dlc
 
     return build_dlc(onnx_path, output, target=target, precision=precision, context=context, flavour=flavour)
@@ -29,9 +37,11 @@ def check(onnx_path: Path, context=None) -> list[str]:
 
 
 def runner(path: Path, *, onnx_path: Path | None = None):
+    """The HTP-simulator runner of a saved DLC, once the DLC is proven to hold ``onnx_path``'s graph (else
+    ``ArtifactMismatch``: the hop fails); ``HopSkipped`` where it cannot be checked or run here."""
     from onnxbridge.backends.dlc.convert import runner as dlc_runner
 
-    return dlc_runner(Path(path), onnx_path=onnx_path)
+    return dlc_runner(Path(path), onnx_path=Path(onnx_path) if onnx_path is not None else None)
 
 
 def inspect(path: str | Path) -> dict:

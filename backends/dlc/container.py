@@ -9,12 +9,14 @@ Netron's ``dlc.fbs`` (v4), corrected where Qualcomm's reader disagrees.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from onnxbridge.backends.dlc import flatbuf
 from onnxbridge.errors import BadInputError
@@ -87,6 +89,9 @@ class Dlc:
     weights_bytes: int
     metadata: dict = field(default_factory=dict)
     history: dict = field(default_factory=dict)
+    # where each entry's data lies in the file: (offset, stored bytes, ZIP compression method)
+    spans: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)  # SHA-256 of the model and model.params entries
 
     @property
     def converter(self) -> dict:
@@ -95,14 +100,14 @@ class Dlc:
         return info[-1].get("converterCommand", {}) if isinstance(info[-1], dict) else {}
 
 
-def _entries(path: Path) -> tuple[dict[str, dict], dict[str, bytes]]:
-    """Entry facts, and the bytes of every entry but the weights, read from the local headers (the CRC fields of
-    a DLC are 0, so no CRC check)."""
+def _entries(path: Path) -> tuple[dict[str, dict], dict[str, bytes], dict[str, tuple[int, int, int]]]:
+    """Entry facts, the bytes of every entry but the weights, and where each entry's data lies, read from the
+    local headers (the CRC fields of a DLC are 0, so no CRC check)."""
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
         raise BadInputError(f"'{path}' is not a DLC: not a ZIP container ({exc})") from None
-    facts, data = {}, {}
+    facts, data, spans = {}, {}, {}
     with archive, path.open("rb") as f:
         for info in archive.infolist():
             f.seek(info.header_offset)
@@ -114,14 +119,19 @@ def _entries(path: Path) -> tuple[dict[str, dict], dict[str, bytes]]:
                 raise BadInputError(f"'{path}': entry {info.filename!r} uses compression {info.compress_type}")
             facts[info.filename] = {"bytes": info.file_size, "method": "stored" if info.compress_type == 0 else
                                     "deflated", "crc": f"{info.CRC:08x}"}
+            spans[info.filename] = (info.header_offset + 30 + name_len + extra_len, info.compress_size,
+                                    info.compress_type)
             if info.filename == WEIGHTS:
-                continue  # only its size matters to the reader
-            f.seek(info.header_offset + 30 + name_len + extra_len)
+                continue  # read on demand (``weight_blob``): the reader needs only its size
+            f.seek(spans[info.filename][0])
             body = f.read(info.compress_size)
-            if info.compress_type == zipfile.ZIP_DEFLATED:
-                body = zlib.decompressobj(-15).decompress(body)
+            if info.compress_type == zipfile.ZIP_DEFLATED:  # no more than the size the archive declares
+                try:
+                    body = zlib.decompressobj(-15).decompress(body, info.file_size)
+                except zlib.error as exc:
+                    raise BadInputError(f"'{path}': entry {info.filename!r} cannot be inflated ({exc})") from None
             data[info.filename] = body
-    return facts, data
+    return facts, data, spans
 
 
 def _header(name: str, body: bytes) -> tuple[tuple[int, int], bytes]:
@@ -185,7 +195,7 @@ def read(path: str | Path) -> Dlc:
     path = Path(path)
     if not path.is_file():
         raise BadInputError(f"'{path}' does not exist or is not a file")
-    facts, data = _entries(path)
+    facts, data, spans = _entries(path)
     missing = [e for e in (TOPOLOGY, PARAMS) if e not in data]
     if missing:
         raise BadInputError(f"'{path}' is not a DLC: no {', '.join(missing)} entry (entries: {', '.join(facts)})")
@@ -203,7 +213,38 @@ def read(path: str | Path) -> Dlc:
     except (flatbuf.FlatBufferError, struct.error, IndexError) as exc:
         raise BadInputError(f"'{path}': the DLC graph cannot be read ({exc})") from None
     return Dlc(path, facts, version, idents, graphs, weights, facts.get(WEIGHTS, {}).get("bytes", 0),
-               _json(data, "dlc.metadata2"), _json(data, "dlc.metadata.history"))
+               _json(data, "dlc.metadata2"), _json(data, "dlc.metadata.history"), spans,
+               {name: hashlib.sha256(data[name]).hexdigest() for name in (TOPOLOGY, PARAMS)})
+
+
+CHUNK = 1 << 20
+
+
+def weight_blob(dlc: Dlc) -> "Iterator[bytes]":
+    """The bytes of ``model.params.bin`` in chunks of at most ``CHUNK`` (inflated where the entry is deflated,
+    never past its declared size); BadInputError when the file ends early."""
+    span = dlc.spans.get(WEIGHTS)
+    if span is None:
+        return
+    offset, stored, method = span
+    inflate = zlib.decompressobj(-15) if method == zipfile.ZIP_DEFLATED else None
+    left = dlc.weights_bytes  # what the archive declares the entry holds
+    with dlc.path.open("rb") as f:
+        f.seek(offset)
+        while stored > 0 and left > 0:
+            raw = f.read(min(CHUNK, stored))
+            if not raw:
+                raise BadInputError(f"'{dlc.path}': model.params.bin ends before its declared size")
+            stored -= len(raw)
+            try:
+                chunk = inflate.decompress(raw, left) if inflate is not None else raw[:left]
+            except zlib.error as exc:
+                raise BadInputError(f"'{dlc.path}': model.params.bin cannot be inflated ({exc})") from None
+            left -= len(chunk)
+            if chunk:
+                yield chunk
+    if left > 0:
+        raise BadInputError(f"'{dlc.path}': model.params.bin holds fewer bytes than it declares")
 
 
 def problems(dlc: Dlc) -> list[str]:

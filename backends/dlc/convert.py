@@ -1,17 +1,22 @@
 """The DLC build: prepare the ONNX model, make it fp16 or QDQ int8, serialize it (QAIRT SDK tools, or
-onnxruntime-qnn's QnnIr backend), check the file with our reader, move it into place, and set up the HTP-simulator
-runner for the dlc hop."""
+onnxruntime-qnn's QnnIr backend), check the file with our reader, move it into place, prove by structure that it is
+the graph the HTP simulator runs, and describe the simulator runner for the dlc hop.
+
+No pip-installable runtime executes a .dlc on x86: the hop runs the prepared ONNX model on onnxruntime-qnn's HTP
+simulator (named ``qnn-htp-simulator``) and ``structure.compare`` proves the .dlc holds exactly that graph. A DLC
+from the QAIRT SDK's converter cannot be proven so: its hop is skipped."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from onnxbridge.backends.dlc import container
+from onnxbridge.backends.dlc import container, structure
 from onnxbridge.backends.dlc.prepare import Prepared, graph_inputs, prepare
-from onnxbridge.errors import BadInputError, HopSkipped, UnavailableError, UnsupportedError
+from onnxbridge.errors import ArtifactMismatch, BadInputError, HopSkipped, UnavailableError, UnsupportedError
 
 FLAVOURS = ("qairt", "qnn-ir")
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -139,7 +144,10 @@ def _sdk_build(found, prepared: Prepared, model_path: Path, folder: Path, precis
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           flavour: str | None = None) -> dict:
     """Write ``output`` (.dlc) from ``onnx_path``; the facts for the report, with the dlc hop's ``runner``
-    (``context.calibration``: the loaded ``--calibration`` arrays, for int8)."""
+    (``context.calibration``: the loaded ``--calibration`` arrays, for int8).
+
+    The runner is a ``RunnerSpec`` (made in the worker by ``htp_runner``) or a ``HopSkipped``; the model it runs
+    stays in a folder under ``context.workdir`` (the run's scratch folder, removed when the run ends)."""
     output = Path(output)
     calibration = getattr(context, "calibration", None)
     if target is not None:
@@ -157,14 +165,29 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
 
         qnn.qnn_module()
     workdir = getattr(context, "workdir", None)
-    with tempfile.TemporaryDirectory(prefix="dlc-", dir=workdir) as tmp:  # sessions keep their models in memory
-        return _build(Path(onnx_path), output, Path(tmp), precision, calibration, found, context)
+    folder = Path(tempfile.mkdtemp(prefix="dlc-", dir=workdir))
+    if workdir is None:  # called without the spine: nothing else removes it
+        atexit.register(shutil.rmtree, folder, True)
+    try:
+        facts, keep = _build(Path(onnx_path), output, folder, precision, calibration, found, context)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if keep is None:  # no runner: nothing of the build is needed any more
+        shutil.rmtree(folder, ignore_errors=True)
+        return facts
+    for item in folder.iterdir():  # only the model the runner runs is kept
+        if item != keep:
+            shutil.rmtree(item, ignore_errors=True) if item.is_dir() else item.unlink(missing_ok=True)
+    return facts
 
 
 def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibration: dict | None, found,
-           context) -> dict:
+           context) -> tuple[dict, Path | None]:
+    """The build in ``folder``: the facts, and the file in ``folder`` the runner needs (None: no runner)."""
     from onnxbridge.backends.dlc import qnn
     from onnxbridge.backends.dlc.quantize import batches, qdq
+    from onnxbridge.worker import RunnerSpec
 
     shapes = dict(getattr(context, "input_shapes", None) or {})
     # the SDK's converter has its own op coverage: only the QnnIr path is held to the QNN EP's op table
@@ -196,51 +219,83 @@ def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibrat
         raise UnsupportedError(f"the DLC written by {dlc.converter.get('tool') or 'the converter'} fails our "
                                f"reader's checks: {'; '.join(problems)}")
     _place(dlc_path, output)
-
-    try:
-        runner = qnn.HtpRunner(model_path)
-    except (HopSkipped, UnavailableError) as exc:
-        runner = HopSkipped(exc.one_line())  # the spine reports the hop as skipped, with this reason
-    info = container.summary(container.read(output))
-    facts = {
-        "flavour": "sdk" if found is not None else "qnn-ir",
+    placed = container.read(output)
+    facts = {"flavour": "sdk" if found is not None else "qnn-ir"}
+    if found is None:  # the artifact must be the graph the simulator runs: the placed file against the dump
+        differences = structure.compare(placed, dlc, mine=f"the placed {output.name}", theirs="the graph simulated")
+        if differences:
+            output.unlink(missing_ok=True)
+            raise UnsupportedError(f"the DLC placed at {output} is not the graph serialized from the model the "
+                                   f"HTP simulator runs: {'; '.join(differences)}")
+        check = structure.facts(placed)
+        facts.update(artifact_checked="structure", structure_check=check)
+        runner = RunnerSpec(f"{__name__}:htp_runner",
+                            {"model_path": str(model_path), "dlc_path": str(output),
+                             "artifact_check": {**check, "files": [str(output), f"{dlc_path.name} (QnnIr, "
+                                                                   f"from {model_path.name})"]}},
+                            library=f"onnxruntime-qnn {qnn.version()}")
+    else:  # another converter wrote it: the simulator's numbers would not be this file's
+        facts["artifact_checked"] = "not run"
+        runner = HopSkipped(f"the DLC written by the QAIRT SDK's {found.kind} cannot be executed or proven "
+                            "identical to the simulated graph here (the HTP simulator runs onnxruntime-qnn's "
+                            "graph, a different converter's); run it on a Qualcomm device (snpe-net-run)")
+    info = container.summary(placed)
+    facts.update({
         "converter_tool": info["converter_tool"], "converter_version": info["converter_version"],
         "precision": precision, "prepared_opset": prepared.opset,
         "input_shapes": prepared.input_shapes, "input_shapes_fixed": prepared.fixed,
         "partitions": 1, "ops": info["ops"], "dtypes": info["dtypes"],
         "quantized_tensors": info["quantized_tensors"], "dlc_version": info["dlc_version"],
         "inputs": info["inputs"], "outputs": info["outputs"],
-        "htp_check": "the prepared model on onnxruntime-qnn's x86 HTP simulator (fp16 compute, CPU fallback "
-                     f"disabled, soc_model {qnn.SOC_MODEL}) vs onnxruntime CPU",
-        "htp_compute_precision": qnn.COMPUTE_PRECISION,
         "notes": notes, "warnings": [],
-    }
-    if found is not None:
-        facts.update(sdk_converter=str(found.converter), sdk_root=found.root, sdk_commands=commands)
-        facts["warnings"].append("the dlc hop runs the prepared ONNX model on the HTP simulator, not the SDK's DLC")
+    })
+    if found is None:
+        facts.update(htp_check="the prepared model on onnxruntime-qnn's x86 HTP simulator (fp16 compute, CPU "
+                               f"fallback disabled, soc_model {qnn.SOC_MODEL}) vs onnxruntime CPU; the .dlc "
+                               "checked by structure to hold exactly that graph",
+                     htp_compute_precision=qnn.COMPUTE_PRECISION)
+    else:
+        facts.update(sdk_converter=str(found.converter), sdk_root=found.root, sdk_commands=commands,
+                     htp_skipped=runner.one_line())
+    facts["applied_precision"] = applied_precision(precision, info["dtypes"])
     if renamed:
         facts["renamed"] = renamed
         facts["warnings"].append("the QNN EP renamed DLC I/O: " + ", ".join(f"{k} -> {v}" for k, v in renamed.items()))
     facts["runner"] = runner
-    if isinstance(runner, HopSkipped):
-        facts["htp_skipped"] = runner.one_line()
-    return facts
+    return facts, (model_path if found is None else None)
 
 
-class _Rebuilt:
-    """The HTP runner of a saved DLC rebuilt from its ONNX model (kept with its scratch folder)."""
+def applied_precision(precision: str, dtypes: dict) -> dict:
+    """What the DLC holds (its tensors' dtypes, as our reader sees them) and what the HTP computes it in."""
+    stored = ", ".join(f"{k} x{v}" for k, v in sorted(dtypes.items())) if isinstance(dtypes, dict) else str(dtypes)
+    if precision == "int8":
+        return {"weights": "8-bit fixed point (QDQ, calibrated)", "compute": "fixed point on the HTP",
+                "tensors": stored}
+    return {"weights": precision, "compute": "fp16 on the HTP (it computes float models in fp16); fp32 elsewhere"
+            if precision == "fp32" else "fp16", "tensors": stored}
 
-    def __init__(self, runner, folder: tempfile.TemporaryDirectory):
-        self._runner, self._folder = runner, folder
-        self.compute_precision, self.static_shapes = runner.compute_precision, runner.static_shapes
 
-    def __call__(self, feeds):
-        return self._runner(feeds)
+def htp_runner(model_path: str, dlc_path: str, artifact_check: dict | None = None):
+    """The dlc hop's runner, made in the worker from plain values: ``model_path`` (the model the build serialized)
+    on the HTP simulator. The DLC at ``dlc_path`` must still be the one the build checked (``graph_sha256``)."""
+    from onnxbridge.backends.dlc import qnn
+
+    if artifact_check and artifact_check.get("graph_sha256"):
+        now = structure.graph_sha256(container.read(Path(dlc_path)))
+        if now != artifact_check["graph_sha256"]:
+            raise ArtifactMismatch(f"'{dlc_path}' changed after it was built and checked (graph sha256 "
+                                   f"{now[:12]}.., built {artifact_check['graph_sha256'][:12]}..)")
+    try:
+        return qnn.HtpRunner(Path(model_path), artifact_check=artifact_check)
+    except UnavailableError as exc:
+        raise HopSkipped(exc.one_line()) from None
 
 
 def runner(path: Path, *, onnx_path: Path | None = None):
     """The HTP-simulator check of a saved DLC: its ONNX model prepared at the DLC's input shapes (fp16 when the
-    DLC is), run on the simulator; HopSkipped where that cannot be rebuilt or run here."""
+    DLC is) and serialized here with QnnIr; ArtifactMismatch when the DLC is not exactly that graph, else that
+    model on the simulator. HopSkipped where it cannot be rebuilt or run here; BadInputError for a file our
+    reader cannot read."""
     from onnxbridge.backends.dlc import qnn
 
     path = Path(path)
@@ -251,23 +306,70 @@ def runner(path: Path, *, onnx_path: Path | None = None):
     if onnx_path is None:
         raise HopSkipped("a DLC runs only on Qualcomm runtimes; its HTP-simulator check needs the ONNX model it was "
                          "made from")
+    onnx_path = Path(onnx_path)
     folder = tempfile.TemporaryDirectory(prefix="onnxbridge-dlc-")
-    shapes = {t.name: t.shape for g in dlc.graphs for t in g.io("input")}
     try:
-        prepared = prepare(Path(onnx_path), Path(folder.name), shapes)
-    except (BadInputError, UnsupportedError) as exc:
+        model_path, ref_path, ref = _reserialize(dlc, onnx_path, Path(folder.name))
+        differences = structure.compare(dlc, ref, mine=f"'{path.name}'", theirs=f"'{onnx_path.name}'")
+        if differences:
+            raise ArtifactMismatch(f"'{path.name}' does not hold the graph of '{onnx_path.name}' (prepared at its "
+                                   f"input shapes and serialized here with QnnIr): {'; '.join(differences)}",
+                                   hint="validate a DLC against the ONNX model it was converted from, or convert "
+                                        "that model again")
+        check = {**structure.facts(dlc), "files": [str(path), f"{ref_path.name} (QnnIr {qnn.version()}, "
+                                                               f"from {onnx_path.name})"]}
+        return qnn.HtpRunner(model_path, artifact_check=check, keep=folder)
+    except BaseException:
         folder.cleanup()
-        raise HopSkipped(f"the DLC's ONNX model cannot be prepared again: {exc.one_line()}") from None
-    model_path = prepared.path
-    if "float16" in {t.dtype for g in dlc.graphs for t in g.tensors.values()}:
-        import onnx
+        raise
 
-        from onnxbridge.precision import to_fp16
 
-        model_path = Path(folder.name) / "prepared_fp16.onnx"
-        onnx.save(to_fp16(onnx.load(prepared.path)), model_path)
+def _reserialize(dlc: container.Dlc, onnx_path: Path, folder: Path) -> tuple[Path, Path, container.Dlc]:
+    """``onnx_path`` prepared at the DLC's input shapes (fp16 when the DLC is) and serialized with QnnIr: the
+    model the simulator will run, and the DLC of it. HopSkipped where that cannot be done here."""
+    shapes = _input_shapes(dlc, onnx_path)
     try:
-        return _Rebuilt(qnn.HtpRunner(model_path), folder)
-    except (HopSkipped, UnavailableError) as exc:
-        folder.cleanup()
-        raise HopSkipped(exc.one_line()) from None
+        prepared = prepare(onnx_path, folder, shapes)
+        model_path = prepared.path
+        if "float16" in {t.dtype for g in dlc.graphs for t in g.tensors.values()}:
+            import onnx
+
+            from onnxbridge.precision import to_fp16
+
+            model_path = folder / "prepared_fp16.onnx"
+            onnx.save(to_fp16(onnx.load(prepared.path)), model_path)
+        ref_path, ref = dump_one_graph(model_path, folder / "dump")
+    except (BadInputError, UnsupportedError, UnavailableError) as exc:
+        raise HopSkipped(f"the DLC's ONNX model cannot be prepared and serialized again here: "
+                         f"{exc.one_line()}") from None
+    return model_path, ref_path, ref
+
+
+def _input_shapes(dlc: container.Dlc, onnx_path: Path) -> dict[str, list[int]]:
+    """The DLC's input shapes by the ONNX model's input names (the QNN EP may have sanitized them);
+    ArtifactMismatch when the DLC's inputs cannot be the model's (names, ranks, fixed dims)."""
+    from onnxbridge.backends.dlc.prepare import _dims
+    from onnxbridge.fileio import load_onnx
+
+    try:
+        model = load_onnx(onnx_path, load_external_data=False)
+    except (BadInputError, OSError) as exc:
+        raise HopSkipped(f"the DLC's ONNX model cannot be read: {' '.join(str(exc).split())[:300]}") from None
+    want = {v.name: _dims(v) for v in graph_inputs(model)}
+    have = {t.name: t.shape for g in dlc.graphs for t in g.io("input")}
+    shapes, problems = {}, []
+    for name, dims in want.items():
+        got = name if name in have else _sanitized(name) if _sanitized(name) in have else None
+        if got is None:
+            problems.append(f"the model's input '{name}' is not a DLC input (DLC inputs: "
+                            f"{', '.join(f'{k} {v}' for k, v in have.items()) or 'none'})")
+            continue
+        shape = shapes[name] = have.pop(got)
+        if len(shape) != len(dims) or any(isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, shape)):
+            problems.append(f"input '{name}' is {shape} in the DLC, {dims} in the ONNX model")
+    problems += [f"DLC input '{k}' {v} is not an input of the ONNX model" for k, v in have.items()]
+    if problems:
+        raise ArtifactMismatch(f"'{dlc.path.name}' does not hold the graph of '{onnx_path.name}': "
+                               f"{'; '.join(problems)}",
+                               hint="validate a DLC against the ONNX model it was converted from")
+    return shapes

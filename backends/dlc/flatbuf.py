@@ -2,14 +2,38 @@
 
 A table is read by field slot (0-based, the order fields appear in the schema); absent fields give the default,
 as FlatBuffers omits default-valued fields.
+
+Work is bounded: a crafted buffer can point many vector entries at one big table or string, so reading it naively
+costs the square of its size. Each root carries a budget of elements and string bytes a reader may visit
+(``BUDGET_PER_BYTE`` times the buffer's size); exhausting it raises ``FlatBufferError``. A well-formed buffer visits
+each element about once, far below it.
 """
 from __future__ import annotations
 
 import struct
 
 
+BUDGET_PER_BYTE = 8
+BUDGET_FLOOR = 1 << 20
+
+
 class FlatBufferError(ValueError):
     """The bytes are not a well-formed FlatBuffer where a field points."""
+
+
+class _Budget:
+    """What is left to visit of one buffer (vector entries; string bytes count one per 16)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, size: int):
+        self.left = max(size * BUDGET_PER_BYTE, BUDGET_FLOOR)
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise FlatBufferError("the buffer points at the same data over and over (more work than its size "
+                                  "allows): a crafted or corrupt file")
 
 
 def root(buf: bytes, identifier: str | None = None) -> "Table":
@@ -18,7 +42,7 @@ def root(buf: bytes, identifier: str | None = None) -> "Table":
         raise FlatBufferError("buffer too short for a FlatBuffer")
     if identifier is not None and file_identifier(buf) != identifier:
         raise FlatBufferError(f"file identifier {file_identifier(buf)!r}, expected {identifier!r}")
-    return Table(buf, _u32(buf, 0))
+    return Table(buf, _u32(buf, 0), _Budget(len(buf)))
 
 
 def file_identifier(buf: bytes) -> str:
@@ -34,10 +58,11 @@ def _u32(buf: bytes, pos: int) -> int:
 class Table:
     """One table: ``buf`` and the table's position."""
 
-    __slots__ = ("buf", "pos", "_vt", "_vt_len")
+    __slots__ = ("buf", "pos", "_vt", "_vt_len", "_budget")
 
-    def __init__(self, buf: bytes, pos: int):
+    def __init__(self, buf: bytes, pos: int, budget: _Budget | None = None):
         self.buf, self.pos = buf, pos
+        self._budget = budget if budget is not None else _Budget(len(buf))
         self._vt = pos - struct.unpack_from("<i", buf, pos)[0]
         if not 0 <= self._vt < len(buf) - 4:
             raise FlatBufferError(f"vtable of the table at {pos} lies outside the buffer")
@@ -72,17 +97,20 @@ class Table:
 
     def table(self, slot: int) -> "Table | None":
         at = self._target(slot)
-        return Table(self.buf, at) if at else None
+        return Table(self.buf, at, self._budget) if at else None
 
     def string(self, slot: int, default: str | None = None) -> str | None:
         at = self._target(slot)
-        return _string(self.buf, at) if at else default
+        return _string(self.buf, at, self._budget) if at else default
 
     def _vector(self, slot: int) -> tuple[int, int]:
         at = self._target(slot)
         if not at:
             return 0, 0
         n = _u32(self.buf, at)
+        if at + 4 + n > len(self.buf):  # every element takes at least a byte
+            raise FlatBufferError("vector runs past the end of the buffer")
+        self._budget.spend(n)
         return at + 4, n
 
     def vector(self, slot: int, fmt: str) -> list:
@@ -99,15 +127,16 @@ class Table:
 
     def tables(self, slot: int) -> list["Table"]:
         start, n = self._vector(slot)
-        return [Table(self.buf, start + 4 * i + _u32(self.buf, start + 4 * i)) for i in range(n)]
+        return [Table(self.buf, start + 4 * i + _u32(self.buf, start + 4 * i), self._budget) for i in range(n)]
 
     def strings(self, slot: int) -> list[str]:
         start, n = self._vector(slot)
-        return [_string(self.buf, start + 4 * i + _u32(self.buf, start + 4 * i)) for i in range(n)]
+        return [_string(self.buf, start + 4 * i + _u32(self.buf, start + 4 * i), self._budget) for i in range(n)]
 
 
-def _string(buf: bytes, at: int) -> str:
+def _string(buf: bytes, at: int, budget: _Budget) -> str:
     n = _u32(buf, at)
     if at + 4 + n > len(buf):
         raise FlatBufferError("string runs past the end of the buffer")
+    budget.spend(1 + n // 16)
     return bytes(buf[at + 4:at + 4 + n]).decode("utf-8", "replace")

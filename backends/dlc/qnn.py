@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from onnxbridge.backends.dlc import HOP_NAME
 from onnxbridge.errors import HopSkipped, UnavailableError
 
 EP = "QNNExecutionProvider"
@@ -80,7 +81,11 @@ def _options(so, opts: dict) -> None:
 
 
 def dump_dlc(model_path: Path, out_dir: Path) -> list[Path]:
-    """Serialize the QNN graph(s) of ``model_path`` with libQnnIr.so into ``out_dir``: one .dlc per partition."""
+    """Serialize the QNN graph(s) of ``model_path`` with libQnnIr.so into ``out_dir``: one .dlc per partition.
+
+    The model is handed to onnxruntime as bytes: onnxruntime names the QNN graph after a hash of the model's path
+    when it has one, of its inputs and node outputs when not, so from bytes the same model always serializes to
+    the same ``model`` / ``model.params`` / ``model.params.bin`` (what ``structure.compare`` relies on)."""
     import onnxruntime as ort
 
     oq = qnn_module()
@@ -91,7 +96,7 @@ def dump_dlc(model_path: Path, out_dir: Path) -> list[Path]:
                   "qnn_ir_backend_path": str(Path(oq.get_library_path()).parent / "libQnnIr.so")})
     with quiet() as lines:
         try:
-            ort.InferenceSession(str(model_path), sess_options=so)
+            ort.InferenceSession(Path(model_path).read_bytes(), sess_options=so)
         except Exception as exc:  # the dump happens while the session is made; running it is not needed
             if not list(out_dir.glob("*.dlc")):
                 from onnxbridge.errors import UnsupportedError
@@ -110,13 +115,22 @@ class HtpRunner:
 
     Creating it raises HopSkipped with the simulator's reason when the simulator cannot take the model.
     ``compute_precision``: float models are computed in fp16, so a hop against fp32 references needs the fp16
-    tolerance; ``static_shapes``: the only input shapes it takes.
+    tolerance; ``static_shapes``: the only input shapes it takes. The hop is named for what ran (``hop_name``,
+    ``what_ran``); the .dlc itself is checked by structure (``artifact_checked``, ``artifact_check``: the facts of
+    ``structure.compare``). ``keep``: an object whose ``cleanup()`` frees the model's folder on ``close``.
     """
 
     compute_precision = COMPUTE_PRECISION
+    hop_name = HOP_NAME
+    artifact_checked = "structure"
 
-    def __init__(self, model_path: Path):
+    def __init__(self, model_path: Path, *, artifact_check: dict | None = None, keep=None):
         import onnxruntime as ort
+
+        self.artifact_check = artifact_check
+        self.what_ran = (f"onnxruntime-qnn {version() or '(unknown version)'} x86 HTP simulator on the prepared "
+                         "ONNX (fp16 compute, CPU fallback disabled); the .dlc itself was checked by structure")
+        self._keep = keep
 
         oq = qnn_module()
         so = ort.SessionOptions()
@@ -132,6 +146,13 @@ class HtpRunner:
                 raise HopSkipped(f"the HTP simulator cannot run this model: {detail}") from None
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.static_shapes = {i.name: list(i.shape) for i in self.session.get_inputs()}
+
+    def close(self) -> None:
+        """Free the session and the folder kept for it."""
+        self.session = None
+        keep, self._keep = self._keep, None
+        if keep is not None:
+            keep.cleanup()
 
     def __call__(self, feeds) -> list:
         import numpy as np

@@ -1,14 +1,19 @@
 """DLC backend: torch models -> ONNX -> .dlc through onnxruntime-qnn's QnnIr serializer, read back with our own
-container reader, and checked on the x86 HTP simulator; int8 QDQ from calibration data; the errors; the QAIRT SDK
-path's command lines with a fake ``qairt-converter``; ``check --targets dlc`` and ``inspect``."""
+container reader, and checked on the x86 HTP simulator (hop ``qnn-htp-simulator``) with the .dlc proven by
+structure to be the graph simulated; a foreign, altered or handcrafted .dlc fails, never passes; int8 QDQ from
+calibration data; the errors; the QAIRT SDK path's command lines with a fake ``qairt-converter`` (its hop skipped);
+``check --targets dlc`` and ``inspect``."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
 import stat
+import struct
 import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +22,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxbridge
-from onnxbridge.backends.dlc import container
+from onnxbridge.backends.dlc import container, structure
+from onnxbridge.errors import ArtifactMismatch, BadInputError, UnsupportedError
 from tests.conftest import EXAMPLES, assert_one_line_error, check_report
 
 pytest.importorskip("onnxruntime_qnn")
 FACTORY = f"{EXAMPLES}:cnn"
+HOP = "qnn-htp-simulator"  # the dlc hop is named for what ran: the prepared ONNX on the HTP simulator
 
 
 def _onnx(path: Path, nodes, x_shape, inits=(), out_shape=None) -> Path:
@@ -75,14 +82,24 @@ def test_torch_models_to_dlc_pass_on_the_htp_simulator(models, tmp_path, name, p
                              report=tmp_path / "r.json").report
     check_report(tmp_path / "r.json")
     assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("torch", "onnx", "passed"),
-                                                                      ("onnx", "dlc", "passed")], rep["hops"][-1]
+                                                                      ("onnx", HOP, "passed")], rep["hops"][-1]
     hop = rep["hops"][-1]
+    assert hop["artifact_checked"] == "structure" and "x86 HTP simulator" in hop["runtimes"][HOP]
+    assert "checked by structure" in hop["runtimes"][HOP]
     assert hop["samples"] >= 1 and max(o["max_abs"] for o in hop["outputs"]) > 0  # fp16 compute is not exact
     assert hop["tolerance"]["atol"] >= 1e-2  # the fp16 policy, also for an fp32 DLC (the HTP computes in fp16)
     if precision == "fp32":
         assert "fp16 tolerance" in hop["tolerance"]["reason"], hop["tolerance"]
     facts = rep["artifact"]["backend"]
     assert facts["flavour"] == "qnn-ir" and facts["partitions"] == 1 and facts["prepared_opset"] == 17
+    # the convert path proves the written file is the graph simulated, and says so
+    assert facts["artifact_checked"] == "structure" and "htp_check" in facts
+    check = facts["structure_check"]
+    placed = container.read(out)
+    assert check == structure.facts(placed) and check["nodes"] == sum(len(g.nodes) for g in placed.graphs)
+    assert check["static_tensors"] > 0 and check["weight_bytes"] == placed.weights_bytes > 0
+    assert hop["artifact_check"]["graph_sha256"] == check["graph_sha256"]
+    assert hop["artifact_check"]["files"][0] == str(out)
     assert facts["converter_version"].startswith("2.") and facts["precision"] == precision
     assert facts["input_shapes"] == {"x": list(sample[0].shape)}
     assert ("float16" in facts["dtypes"]) == (precision == "fp16")
@@ -103,7 +120,8 @@ def test_int8_qdq_dlc_has_quantized_tensors(models, tmp_path, cli):
                              report=tmp_path / "r.json").report
     check_report(tmp_path / "r.json")
     hop = rep["hops"][-1]
-    assert (hop["to"], hop["status"], hop["tolerance"]["precision"]) == ("dlc", "passed", "int8"), hop
+    assert (hop["to"], hop["status"], hop["tolerance"]["precision"]) == (HOP, "passed", "int8"), hop
+    assert rep["artifact"]["backend"]["structure_check"]["graph_sha256"] == hop["artifact_check"]["graph_sha256"]
     assert any("8 batch(es)" in n for n in rep["notes"])
     info = _reader_checks(out)
     assert info["quantized_tensors"] > 10 and info["dtypes"].get("ufixed8", 0) > 10
@@ -153,7 +171,7 @@ def test_unsupported_op_is_refused_before_trying(cli, tmp_path):
     assert not list(tmp_path.glob("*.dlc"))
 
 
-def test_a_split_graph_names_the_nodes_that_fell_out(tmp_path, monkeypatch):
+def test_a_split_graph_names_the_nodes_that_fell_out(tmp_path, monkeypatch, native_in_process):
     """An op our table lets through but the QNN EP does not take (Hardmax, pretended supported) splits the graph
     into two partitions: the error names the node between them."""
     from onnxbridge.backends.dlc import prepare
@@ -167,7 +185,7 @@ def test_a_split_graph_names_the_nodes_that_fell_out(tmp_path, monkeypatch):
     assert not (tmp_path / "s.dlc").exists()
 
 
-def test_opset_above_what_qairt_takes_is_adapted(tmp_path, monkeypatch):
+def test_opset_above_what_qairt_takes_is_adapted(tmp_path, monkeypatch, native_in_process):
     """QAIRT takes opset <= 22; pretend the limit is 13 so this onnx can show the adapters moving the model down."""
     from onnxbridge.backends.dlc import prepare
 
@@ -179,11 +197,11 @@ def test_opset_above_what_qairt_takes_is_adapted(tmp_path, monkeypatch):
     assert rep["hops"][-1]["status"] == "passed"
 
 
-def test_a_model_the_simulator_refuses_is_skipped_not_passed(tmp_path, monkeypatch):
+def test_a_model_the_simulator_refuses_is_skipped_not_passed(tmp_path, monkeypatch, native_in_process):
     from onnxbridge.backends.dlc import qnn
     from onnxbridge.errors import HopSkipped
 
-    def refuse(model_path):
+    def refuse(model_path, **kwargs):
         raise HopSkipped("the HTP simulator cannot run this model: (simulated refusal)")
 
     monkeypatch.setattr(qnn, "HtpRunner", refuse)
@@ -191,12 +209,11 @@ def test_a_model_the_simulator_refuses_is_skipped_not_passed(tmp_path, monkeypat
     rep = onnxbridge.convert(src, to="dlc", output=tmp_path / "m.dlc", report=tmp_path / "r.json").report
     check_report(tmp_path / "r.json")
     hop = rep["hops"][-1]
-    assert (hop["to"], hop["status"], hop["passed"]) == ("dlc", "skipped", False)
+    assert (hop["status"], hop["passed"]) == ("skipped", False)
     assert "simulated refusal" in hop["skipped_reason"] and rep["status"] != "passed"
-    assert "simulated refusal" in rep["artifact"]["backend"]["htp_skipped"]
 
 
-def test_missing_onnxruntime_qnn(cli, tmp_path, monkeypatch):
+def test_missing_onnxruntime_qnn(cli, tmp_path, monkeypatch, native_in_process):
     import onnxbridge.registry as registry
     from onnxbridge.backends import BACKENDS
 
@@ -208,6 +225,9 @@ def test_missing_onnxruntime_qnn(cli, tmp_path, monkeypatch):
     assert_one_line_error(cli("convert", src, "--to", "dlc", "-o", tmp_path / "a.dlc"), 3,
                           "needs onnxruntime-qnn", "pip install 'onnxbridge[qnn]'")
     monkeypatch.undo()
+    from onnxbridge.worker import IN_PROCESS_ENV
+
+    monkeypatch.setenv(IN_PROCESS_ENV, "1")  # undo() took native_in_process's setting away too
     # installed but not importable: the build says so before any work (exit 3)
     monkeypatch.setitem(sys.modules, "onnxruntime_qnn", None)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
@@ -251,10 +271,14 @@ def test_inspect_cli_and_reader_checks(cli, cnn_dlc, tmp_path):
 
 
 def test_validate_a_saved_dlc_rebuilds_its_htp_check(cnn_dlc, tmp_path):
-    onnx_path, dlc, _ = cnn_dlc
+    """The genuine pair: the DLC is the graph of its ONNX model, so the simulator's numbers stand for it."""
+    onnx_path, dlc, built = cnn_dlc
     rep = onnxbridge.validate(onnx_path, dlc)
     hop = rep["hops"][-1]
-    assert (hop["to"], hop["status"]) == ("dlc", "passed"), hop
+    assert (hop["to"], hop["status"], hop["artifact_checked"]) == (HOP, "passed", "structure"), hop
+    # QnnIr writes the same bytes for the same model: the check in this run matches the one made at build time
+    assert hop["artifact_check"]["graph_sha256"] == built["artifact"]["backend"]["structure_check"]["graph_sha256"]
+    assert "checked by structure" in hop["runtimes"][HOP]
     rep = onnxbridge.validate(FACTORY, dlc)  # no ONNX model to rebuild from: skipped, with the reason
     assert rep["hops"][-1]["status"] == "skipped" and "ONNX model" in rep["hops"][-1]["skipped_reason"]
 
@@ -298,7 +322,7 @@ def _fake_sdk(folder: Path, dlc: Path, log: Path, names=("qairt-converter", "qai
     return folder
 
 
-def test_sdk_path_builds_the_command_lines(cnn_dlc, tmp_path, monkeypatch):
+def test_sdk_path_builds_the_command_lines(cnn_dlc, tmp_path, monkeypatch, native_in_process):
     onnx_path, dlc, _ = cnn_dlc
     log = tmp_path / "argv.jsonl"
     bin_dir = _fake_sdk(tmp_path / "bin", dlc, log)
@@ -314,7 +338,11 @@ def test_sdk_path_builds_the_command_lines(cnn_dlc, tmp_path, monkeypatch):
     assert facts["flavour"] == "sdk" and facts["sdk_converter"] == str(bin_dir / "qairt-converter")
     assert facts["converter_version"].startswith("2.51") and facts["sdk_commands"][0].startswith("qairt-converter ")
     assert out.read_bytes() == dlc.read_bytes()
-    assert rep["hops"][-1]["status"] == "passed" and any("not the SDK's DLC" in w for w in rep["warnings"])
+    # another converter's DLC is not the graph the simulator runs: its hop is skipped, never passed
+    hop = rep["hops"][-1]
+    assert hop["status"] == "skipped" and "cannot be executed or proven identical" in hop["skipped_reason"], hop
+    assert facts["artifact_checked"] == "not run" and "structure_check" not in facts
+    assert not any("SDK's DLC" in w for w in rep["warnings"])
 
     # int8: the quantizer gets the float DLC and an input list of raw float32 files, one line per batch
     np.savez(tmp_path / "cal.npz", x=np.random.default_rng(0).standard_normal((6, 3, 32, 32)).astype(np.float32))
@@ -346,7 +374,7 @@ def test_sdk_path_builds_the_command_lines(cnn_dlc, tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "dist_version", real)
 
 
-def test_sdk_found_under_snpe_root(cnn_dlc, tmp_path, monkeypatch, cli):
+def test_sdk_found_under_snpe_root(cnn_dlc, tmp_path, monkeypatch, cli, native_in_process):
     from onnxbridge.backends.dlc import sdk
 
     onnx_path, dlc, _ = cnn_dlc
@@ -369,3 +397,217 @@ def test_sdk_found_under_snpe_root(cnn_dlc, tmp_path, monkeypatch, cli):
     assert_one_line_error(cli("convert", onnx_path, "--to", "dlc", "-o", tmp_path / "c.dlc", "--precision", "int8",
                               "--calibration", tmp_path / "cal.npz"), 3, "snpe-dlc-quant")
     assert shutil.which("snpe-onnx-to-dlc") is None
+
+
+# --- a verdict is a fact: the .dlc must hold exactly the graph the simulator ran ------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_cnn(models, tmp_path_factory):
+    """Model B: the example CNN's architecture with other weights, so its DLC has the same nodes, tensors, names
+    and I/O shapes as A's, and only the weight bytes differ (the nasty case)."""
+    import torch
+
+    torch.manual_seed(1)
+    model = models.SmallCNN().eval()
+    path = tmp_path_factory.mktemp("cnn_b") / "b.onnx"
+    onnxbridge.convert(model, (torch.randn(2, 3, 32, 32),), output=path, opset=17, validate=False)
+    return path
+
+
+def _flip_weight(path: Path, tensor: str) -> None:
+    """Flip one bit of ``tensor``'s bytes inside model.params.bin (stored, CRC 0: nothing else to fix)."""
+    dlc = container.read(path)
+    at = dlc.spans["model.params.bin"][0] + dlc.weights[tensor][0] + dlc.weights[tensor][1] // 2
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0x01
+    path.write_bytes(bytes(raw))
+
+
+def test_a_dlc_of_another_model_fails_naming_the_tensor(cnn_dlc, other_cnn, cli, tmp_path):
+    """`validate B.onnx A.dlc`: same architecture and I/O, other weights. Before, the simulator ran B and the hop
+    passed; now the DLC is compared with B's graph and the hop fails, naming the tensors whose bytes differ."""
+    from onnxbridge.backends.dlc import convert
+
+    _, a_dlc, _ = cnn_dlc
+    with pytest.raises(ArtifactMismatch, match=r"static tensor 'head\.weight' bytes differ \(sha256 [0-9a-f]{12}"):
+        convert.runner(a_dlc, onnx_path=other_cnn)
+    rep = onnxbridge.validate(other_cnn, a_dlc)
+    hop = rep["hops"][-1]
+    assert rep["status"] == "failed" and hop["status"] == "failed" and not hop["passed"], hop
+    assert any("static tensor 'head.weight' bytes differ" in e for e in hop["errors"]), hop["errors"]
+    res = cli("validate", other_cnn, a_dlc, "--report", tmp_path / "r.json")
+    assert res.exit_code == 1, res.output
+    assert check_report(tmp_path / "r.json")["hops"][-1]["status"] == "failed"
+
+
+def test_a_flipped_weight_byte_fails(cnn_dlc, cli, tmp_path):
+    from onnxbridge.backends.dlc import convert
+
+    onnx_path, dlc, _ = cnn_dlc
+    bad = tmp_path / "flipped.dlc"
+    shutil.copyfile(dlc, bad)
+    _flip_weight(bad, "head.weight")
+    assert container.problems(container.read(bad)) == []  # our reader alone sees nothing wrong
+    with pytest.raises(ArtifactMismatch) as info:
+        convert.runner(bad, onnx_path=onnx_path)
+    assert "static tensor 'head.weight' bytes differ" in str(info.value)
+    assert "onnx::Conv" not in str(info.value)  # only the tensor that differs is named
+    assert cli("validate", onnx_path, bad).exit_code == 1
+
+
+def test_an_altered_node_or_unparsed_field_fails(cnn_dlc, tmp_path):
+    """Same-length edits in the stored ``model`` entry: an op type (named), and the graph name, which our reader
+    does not compare field by field (the raw entry check catches it)."""
+    _, dlc, _ = cnn_dlc
+    ref = container.read(dlc)
+    assert structure.compare(container.read(dlc), ref) == []
+    raw = dlc.read_bytes()
+    conv = tmp_path / "conv.dlc"
+    conv.write_bytes(raw.replace(b"Conv2d", b"Conv3d", 1))
+    assert any(" is Conv3d in the DLC, Conv2d in the graph simulated" in d
+               for d in structure.compare(container.read(conv), ref))
+    name = ref.graphs[0].name.encode()
+    renamed = tmp_path / "renamed.dlc"
+    renamed.write_bytes(raw.replace(name, name[:-1] + (b"9" if name[-1:] != b"9" else b"8")))
+    [line] = structure.compare(container.read(renamed), ref)
+    assert "the 'model' entry differs" in line and "fields our reader does not compare" in line
+
+
+def test_the_build_refuses_a_placed_file_that_is_not_the_graph_simulated(cnn_dlc, tmp_path, monkeypatch):
+    from onnxbridge.backends.dlc import convert
+
+    onnx_path, _, _ = cnn_dlc
+    real = convert._place
+
+    def tampered(dlc, output):
+        real(dlc, output)
+        _flip_weight(output, "head.bias")
+
+    monkeypatch.setattr(convert, "_place", tampered)
+    out = tmp_path / "m.dlc"
+    with pytest.raises(UnsupportedError, match=r"static tensor 'head\.bias' bytes differ"):
+        convert.build(onnx_path, out)
+    assert not out.exists()
+
+
+def test_the_build_describes_a_runner_another_process_can_make(cnn_dlc, tmp_path):
+    """build returns plain values (RunnerSpec), the model it names stays on disk under the run's workdir, and the
+    factory makes the runner with the hop's name and the structure facts."""
+    from onnxbridge.backends import BuildContext
+    from onnxbridge.worker import RunnerSpec, open_runner
+
+    onnx_path, _, _ = cnn_dlc
+    work = tmp_path / "work"
+    work.mkdir()
+    out = tmp_path / "m.dlc"
+    facts = onnxbridge.backends.dlc.build(onnx_path, out, context=BuildContext(workdir=work))
+    spec = facts["runner"]
+    assert isinstance(spec, RunnerSpec) and spec.factory == "onnxbridge.backends.dlc.convert:htp_runner"
+    assert spec.library.startswith("onnxruntime-qnn ")
+    assert json.loads(json.dumps(spec.kwargs)) == spec.kwargs  # plain values only
+    model = Path(spec.kwargs["model_path"])
+    assert model.is_file() and work in model.parents and spec.kwargs["dlc_path"] == str(out)
+    assert [p.name for p in model.parent.iterdir()] == [model.name]  # the rest of the build's scratch is gone
+    runner = open_runner(spec, "the dlc runner")
+    try:
+        assert (runner.hop_name, runner.artifact_checked, runner.compute_precision) == (HOP, "structure", "fp16")
+        assert runner.artifact_check["graph_sha256"] == facts["structure_check"]["graph_sha256"]
+        assert runner.static_shapes == {"x": [2, 3, 32, 32]}
+        y = runner({"x": np.zeros((2, 3, 32, 32), np.float32)})
+        assert y[0].shape == (2, 4, 64, 64)
+    finally:
+        runner.close()
+    # the file changed between build and validation: the hop fails
+    _flip_weight(out, "head.weight")
+    with pytest.raises(ArtifactMismatch, match="changed after it was built"):
+        open_runner(spec, "the dlc runner")
+
+
+class _Shared:
+    """One object that many offsets point at (placed where it is first reached)."""
+
+    def __init__(self, value):
+        self.value, self.pos = value, None
+
+
+def _flatbuffer(root: dict, ident: bytes) -> bytes:
+    """A FlatBuffer laid out parent first (offsets point forward), enough to craft DLCs: a table is {slot: value},
+    a value an int (4-byte scalar), a str, a table, a list of tables or strings, or ("u32", [ints])."""
+    buf = bytearray(4) + ident
+
+    def put(value) -> int:
+        if isinstance(value, _Shared):
+            if value.pos is None:
+                value.pos = put(value.value)
+            return value.pos
+        buf.extend(b"\0" * (-len(buf) % 4))
+        pos = len(buf)
+        if isinstance(value, str):
+            buf.extend(struct.pack("<I", len(value.encode())) + value.encode() + b"\0")
+        elif isinstance(value, tuple):
+            buf.extend(struct.pack(f"<I{len(value[1])}I", len(value[1]), *value[1]))
+        elif isinstance(value, list):
+            buf.extend(struct.pack("<I", len(value)) + bytes(4 * len(value)))
+            for i, item in enumerate(value):
+                struct.pack_into("<I", buf, pos + 4 + 4 * i, put(item) - (pos + 4 + 4 * i))
+        else:
+            order = sorted(value)
+            slots = [4 + 4 * order.index(s) if s in value else 0 for s in range(max(order) + 1)]
+            buf.extend(struct.pack(f"<HH{len(slots)}H", 4 + 2 * len(slots), 4 + 4 * len(order), *slots))
+            buf.extend(b"\0" * (-len(buf) % 4))
+            table = len(buf)
+            buf.extend(struct.pack("<i", table - pos) + bytes(4 * len(order)))
+            for i, slot in enumerate(order):
+                at, v = table + 4 + 4 * i, value[slot]
+                struct.pack_into("<I", buf, at, v if isinstance(v, int) else put(v) - at)
+            return table
+        return pos
+
+    struct.pack_into("<I", buf, 0, put(root))
+    return bytes(buf)
+
+
+def _crafted_dlc(path: Path, topology: dict, params: dict | None = None) -> Path:
+    header = container.MAGIC + b"\x04\x00\x01\x00\x00\x00"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("model", header + _flatbuffer(topology, b"NETD"))
+        z.writestr("model.params", header + _flatbuffer(params or {0: [{0: "g"}]}, b"NETP"))
+        z.writestr("model.params.bin", b"")
+    return path
+
+
+def test_handcrafted_dlcs_never_pass(cnn_dlc, cli, tmp_path):
+    """The 528-byte file of the issue: a stored ZIP whose `model` entry has the D5 0A header and garbage (our
+    reader refuses it: exit 2); and a well-formed little DLC with the CNN's I/O and one node (exit 1)."""
+    onnx_path, _, _ = cnn_dlc
+    junk = tmp_path / "junk.dlc"
+    garbage = bytes(range(256)) * 2
+    with zipfile.ZipFile(junk, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("model", container.MAGIC + b"\x04\x00\x01\x00\x00\x00" + garbage[:528 - 116])
+    assert junk.stat().st_size == 528
+    res = cli("validate", onnx_path, junk)
+    assert res.exit_code == 2, res.output
+    tensor = {1: "x", 2: 0, 3: ("u32", [2, 3, 32, 32]), 6: 0x232}
+    out = {1: "output", 2: 1, 3: ("u32", [2, 4, 64, 64]), 6: 0x232}
+    tiny = _crafted_dlc(tmp_path / "tiny.dlc", {0: [{0: "g", 1: [{0: "n", 1: "Neuron", 2: ["x"], 3: ["output"]}],
+                                                     2: [tensor, out]}]})
+    assert container.problems(container.read(tiny)) == []  # well formed: only the structure check refuses it
+    res = cli("validate", onnx_path, tiny, "--report", tmp_path / "r.json")
+    assert res.exit_code == 1, res.output
+    errors = check_report(tmp_path / "r.json")["hops"][-1]["errors"]
+    assert any("node(s) in 'tiny.dlc', 6 in 'cnn.onnx'" in e for e in errors), errors
+
+
+def test_a_crafted_dlc_cannot_make_the_reader_slow(tmp_path, cli, cnn_dlc):
+    """20,000 node entries pointing at one node whose 20,000 inputs point at one 4 kB string: read naively that
+    is 1.6 TB of string decoding; the reader's budget refuses it at once."""
+    big = _Shared("a" * 4000)
+    node = _Shared({0: "n", 1: "Neuron", 2: [big] * 20000, 3: ["y"]})
+    path = _crafted_dlc(tmp_path / "bomb.dlc", {0: [{0: "g", 1: [node] * 20000}]})
+    t = time.perf_counter()
+    with pytest.raises(BadInputError, match="more work than its size allows"):
+        container.read(path)
+    assert time.perf_counter() - t < 5
+    onnx_path, _, _ = cnn_dlc
+    assert cli("validate", onnx_path, path).exit_code == 2
