@@ -7,6 +7,9 @@ from pathlib import Path
 NAME = "coreml"
 SUFFIXES = (".mlpackage",)
 OPTIONS = ()
+# what ``--precision`` really applies (package.APPLIED): fp32 and fp16 compute with weights of that type; int8 stores
+# weights as int8 (per output channel, symmetric; dequantized at load by constexpr ops, so iOS16+) and computes in fp16
+PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None) -> dict:
@@ -43,9 +46,10 @@ def runner(path: Path, *, onnx_path: Path | None = None):
 
 
 def inspect(path: str | Path) -> dict:
-    """Inputs, outputs (flexible dims as ``shape_range``), spec version and MIL ops of a saved package, read
+    """Inputs, outputs (flexible dims as ``shape_range``), spec version, MIL ops and ``weights`` (rows of
+    dtype, tensors, elements: int8 ones are quantized; see ``package.weight_table``) of a saved package, read
     without loading it into Core ML."""
-    from onnxbridge.backends.coreml.package import Runner
+    from onnxbridge.backends.coreml.package import Runner, weight_table
 
     runner = Runner(Path(path))
     ops: dict[str, int] = {}
@@ -54,7 +58,8 @@ def inspect(path: str | Path) -> dict:
     return {"path": str(path), "format": "coreml", "spec_version": runner.spec_version,
             "inputs": [_feature(d, runner.function.inputs.get(d.name)) for d in runner.description.input],
             "outputs": [_feature(d, next((v for v in runner.function.outputs if v.name == d.name), None))
-                        for d in runner.description.output], "ops": ops}
+                        for d in runner.description.output], "ops": ops,
+            "weights": weight_table(runner.function)}
 
 
 def _feature(desc, var) -> dict:

@@ -146,6 +146,43 @@ def linear(x, weight, bias=None, **_):
     return y + bias if bias is not None else y
 
 
+# compressed weights ----------------------------------------------------------------------------
+# The constexpr ops that hold quantized weights (``--precision int8``), decompressed as their MIL definitions (and
+# coremltools' ``materialized_val_inference``) do; the result has the scale's dtype.
+@kernel("constexpr_affine_dequantize")
+def constexpr_affine_dequantize(quantized_data, zero_point, scale, axis, **_):
+    """iOS16: ``scale * (quantized_data - zero_point)``; ``scale`` and ``zero_point`` are scalars or vectors along
+    ``axis`` (one per channel). Computed in fp32, then cast to the scale's dtype."""
+    rank = quantized_data.ndim
+    axis = int(_s(axis)) % rank
+
+    def along(v):
+        v = np.asarray(v)
+        return v.reshape([v.size if i == axis else 1 for i in range(rank)]) if v.ndim == 1 else v
+
+    scale = np.asarray(scale)
+    out = (quantized_data.astype(np.float32) - along(zero_point).astype(np.float32)) * along(scale)
+    return out.astype(scale.dtype)
+
+
+@kernel("constexpr_blockwise_shift_scale")
+def constexpr_blockwise_shift_scale(data, scale, offset=None, **_):
+    """iOS18: ``scale * (data - offset)`` per block; ``scale`` (and ``offset``) have ``data``'s rank and each
+    entry covers ``data.shape[i] // scale.shape[i]`` elements along axis i (per-channel: 1 on every other axis).
+    Computed in the scale's dtype."""
+    def blocks(v):
+        for axis, (d, s) in enumerate(zip(data.shape, v.shape)):
+            if d // s > 1:
+                v = np.repeat(v, d // s, axis)
+        return v
+
+    scale = np.asarray(scale)
+    x = data.astype(scale.dtype)
+    if offset is not None:
+        x = x - blocks(np.asarray(offset))
+    return (blocks(scale) * x).astype(scale.dtype)
+
+
 # shapes ----------------------------------------------------------------------------------------
 @kernel("reshape")
 def reshape(x, shape, **_):

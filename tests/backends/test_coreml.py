@@ -367,7 +367,7 @@ def test_transformer_shape_chains_are_folded(models, tmp_path):
     assert {"layer_norm", "softmax", "matmul"} <= set(rep["artifact"]["backend"]["ops"])
 
 
-def test_lstm_gate_order(models, tmp_path, monkeypatch):
+def test_lstm_gate_order(models, tmp_path, monkeypatch, native_in_process):
     """ONNX gates are [i, o, f, c], MIL's [i, f, o, c]: the torch LSTM passes, and without the reordering the
     Core ML hop fails."""
     from onnxbridge.backends.coreml import lower
@@ -380,7 +380,7 @@ def test_lstm_gate_order(models, tmp_path, monkeypatch):
     assert rep["status"] == "failed" and [h["status"] for h in rep["hops"]] == ["passed", "failed"]
 
 
-def test_a_wrong_lowering_is_caught(tmp_path, monkeypatch):
+def test_a_wrong_lowering_is_caught(tmp_path, monkeypatch, native_in_process):
     """Swap the pads order back to ONNX's (the classic mistake): the Core ML hop fails."""
     from onnxbridge.backends.coreml import lower
 
@@ -417,7 +417,7 @@ def test_coremltools_target_errors_name_the_target():
 
 
 @pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the unclamped run's NaN
-def test_fp16_clamps_float_max_masks(tmp_path, monkeypatch):
+def test_fp16_clamps_float_max_masks(tmp_path, monkeypatch, native_in_process):
     """A -FLT_MAX attention mask becomes -inf in fp16 and a fully masked softmax row NaN; clamped to -65504 it
     matches onnxruntime's fp32 (uniform row). Without the clamp the Core ML hop fails."""
     from onnxbridge.backends.coreml import package
@@ -695,7 +695,7 @@ def test_light_zoo_converts_and_matches(name, tmp_path):
          if i.name not in {t.name for t in model.graph.initializer}]
 
 
-def test_macos_runs_core_ml_itself(monkeypatch, tmp_path):
+def test_macos_runs_core_ml_itself(monkeypatch, tmp_path, native_in_process):
     """On macOS the hop uses MLModel.predict (Core ML itself), fed and read like the host evaluator; elsewhere, or
     with ONNXBRIDGE_COREML_HOST=1, the numpy evaluation of the saved program."""
     import platform
