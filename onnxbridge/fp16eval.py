@@ -70,6 +70,7 @@ class Fp16Evaluator:
     """
 
     def __init__(self, model: "str | Path | onnx.ModelProto"):
+        import numpy as np
         import onnx
         from onnx import numpy_helper
 
@@ -108,6 +109,10 @@ class Fp16Evaluator:
         self.last_use = {name: index for name, index in uses.items() if name not in keep}
         self.fp16 = {name for name, t in types.items() if t == F16}
         self.last_notes: list[str] = []
+        # the sessions hold the weights now: keep only what the range check and the outputs need of them
+        self.nonfinite_constants = {n for n, a in self.constants.items() if a.dtype.kind == "f"
+                                    and not np.isfinite(a).all()}
+        self.constants = {n: a for n, a in self.constants.items() if n in keep}
 
     @staticmethod
     def _reads(node: "onnx.NodeProto") -> list[str]:
@@ -173,7 +178,9 @@ class Fp16Evaluator:
                and not np.isfinite(env[n]).all()]
         if not bad:
             return
-        inputs = [env.get(n, self.constants.get(n)) for n in reads]
+        if any(n in self.nonfinite_constants for n in node.input):
+            return
+        inputs = [env.get(n) for n in reads]
         if any(isinstance(a, np.ndarray) and a.dtype.kind == "f" and not np.isfinite(a).all() for a in inputs):
             return
         value = env[bad[0]]

@@ -217,9 +217,9 @@ def _check_opset(opset: int | None) -> None:
         return
     import onnx
 
-    from onnxbridge.adapters import MIN_OPSET
+    from onnxbridge.adapters import MIN_OPSET, max_known_opset
 
-    known = onnx.defs.onnx_opset_version()
+    known = max_known_opset()
     if opset > known:
         raise BadInputError(f"--opset {opset} is newer than the installed onnx {onnx.__version__} defines (opsets up "
                             f"to {known}); the ONNX checker and IR version table cannot vouch for it",
@@ -355,6 +355,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                                     precision=precision, tol=tol, samples=samples, latency_runs=latency_runs,
                                     seed=seed, external_data=external_data, report=report, target=target,
                                     calibration=calibration, backend_options=backend_options)
+            _release()
     except BaseException:
         _remove(written)
         raise
@@ -458,6 +459,13 @@ def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, ste
                 rep["hops"].append(_backend_hop(to, dest, out_path, used, tol, built_runner, source, latency_runs))
             timings["validate_s"] = time.perf_counter() - t
     return load_onnx(dest, load_external_data=True) if out_path is None else None
+
+
+def _release() -> None:
+    """Free the sessions this run's runners held in the worker (before its scratch folder goes)."""
+    from onnxbridge.worker import release
+
+    release()
 
 
 def _identity(path: Path) -> tuple | None:
@@ -684,6 +692,7 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
             else:
                 rep["hops"].append(_artifact_hop(src, kind, path, source, inputs, tol, rep, samples, seed,
                                                  latency_runs))
+        _release()
     rep["timings"] = {"total_s": round(time.perf_counter() - t0, 4)}
     reports.finish(rep, validated=True)
     if report is not None:

@@ -73,9 +73,9 @@ class Worker:
         child.close()
         from multiprocessing.connection import Connection
 
-        self._sock = parent
         self.conn = Connection(os.dup(parent.fileno()))
         parent.close()
+        self.unused: list[int] = []  # handles of runners whose proxies were collected, closed before the next call
 
     @property
     def alive(self) -> bool:
@@ -85,6 +85,21 @@ class Worker:
                 progress=None) -> Any:
         """Send ``message``, return the answer; a dead worker raises NativeCrash, an error there is raised here.
         Lines the call prints through a ``RelayedProgress`` go to ``progress`` (a ``Progress``) meanwhile."""
+        self.release()
+        return self._request(message, step=step, library=library, timeout=timeout, progress=progress)
+
+    def release(self) -> None:
+        """Close the runners whose proxies are gone (``RemoteRunner.__del__`` only queues them: a request may be
+        under way when the garbage collector runs it)."""
+        while self.unused:
+            handle = self.unused.pop()
+            try:
+                self._request(("close", handle), step="closing a runner", library="")
+            except OnnxBridgeError:
+                return
+
+    def _request(self, message: tuple, *, step: str, library: str, timeout: float | None = None,
+                 progress=None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             self.conn.send(message)
@@ -189,6 +204,15 @@ def in_process() -> bool:
     return os.environ.get(IN_PROCESS_ENV) == "1"
 
 
+def release() -> None:
+    """Free what the runners no longer referenced hold in the worker (sessions, models)."""
+    import gc
+
+    gc.collect()
+    if _worker is not None and _worker.alive:
+        _worker.release()
+
+
 def call(function: str, args: tuple = (), kwargs: dict | None = None, *, step: str, library: str = "",
          timeout: float | None = None, progress=None) -> Any:
     """``module:function(*args, **kwargs)`` in the worker (arguments and result are pickled: our own process).
@@ -252,16 +276,9 @@ class RemoteRunner:
             ("run", self.handle, dict(feeds), True), step=f"running {self.step}", library=self.spec.library)
         return outputs
 
-    def close(self) -> None:
-        if self._worker.alive:
-            try:
-                self._worker.request(("close", self.handle), step="closing a runner", library="")
-            except OnnxBridgeError:
-                pass
-
-    def __del__(self) -> None:  # sessions hold models in memory: free them with the proxy
+    def __del__(self) -> None:  # sessions hold models in memory: the worker frees them before its next call
         try:
-            self.close()
+            self._worker.unused.append(self.handle)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -311,13 +328,21 @@ def _error(exc: BaseException) -> dict:
     return {"class": "WorkerError", "message": f"{type(exc).__name__}: {' '.join(str(exc).split())[:600]}"}
 
 
+_objects: dict[int, Any] = {}  # in the worker: the runners it holds, by handle
+
+
+def held() -> int:
+    """How many runners the worker holds (call it there: ``call("onnxbridge.worker:held", step=...)``)."""
+    return len(_objects)
+
+
 def _serve(fd: int) -> None:
     global _sink
     from multiprocessing.connection import Connection
 
     conn = Connection(fd)
     _sink = lambda text: conn.send(("progress", text))  # noqa: E731
-    objects: dict[int, Any] = {}
+    objects = _objects
     next_handle = 0
     while True:
         try:

@@ -105,3 +105,13 @@ def test_the_cli_never_ends_in_a_signal_on_that_file(tmp_path):
     if res.returncode == 4:
         assert res.stderr.startswith("error:") and "crashed" in res.stderr
         assert not (tmp_path / "out.onnx").exists()
+
+
+def test_sessions_are_freed_when_a_run_ends(tmp_path):
+    """The worker holds a run's sessions (models in memory) only while the run needs them."""
+    from onnxbridge import worker
+
+    model = tmp_path / "m.onnx"
+    assert onnxbridge.convert(FACTORY + ":cnn", output=model).passed
+    assert onnxbridge.validate(FACTORY + ":cnn", model)["status"] == "passed"
+    assert worker.call("onnxbridge.worker:held", step="counting runners") == 0

@@ -510,14 +510,12 @@ def test_the_build_describes_a_runner_another_process_can_make(cnn_dlc, tmp_path
     assert model.is_file() and work in model.parents and spec.kwargs["dlc_path"] == str(out)
     assert [p.name for p in model.parent.iterdir()] == [model.name]  # the rest of the build's scratch is gone
     runner = open_runner(spec, "the dlc runner")
-    try:
-        assert (runner.hop_name, runner.artifact_checked, runner.compute_precision) == (HOP, "structure", "fp16")
-        assert runner.artifact_check["graph_sha256"] == facts["structure_check"]["graph_sha256"]
-        assert runner.static_shapes == {"x": [2, 3, 32, 32]}
-        y = runner({"x": np.zeros((2, 3, 32, 32), np.float32)})
-        assert y[0].shape == (2, 4, 64, 64)
-    finally:
-        runner.close()
+    assert (runner.hop_name, runner.artifact_checked, runner.compute_precision) == (HOP, "structure", "fp16")
+    assert runner.artifact_check["graph_sha256"] == facts["structure_check"]["graph_sha256"]
+    assert runner.static_shapes == {"x": [2, 3, 32, 32]}
+    y = runner({"x": np.zeros((2, 3, 32, 32), np.float32)})
+    assert y[0].shape == (2, 4, 64, 64)
+    del runner  # the worker frees its session before its next call
     # the file changed between build and validation: the hop fails
     _flip_weight(out, "head.weight")
     with pytest.raises(ArtifactMismatch, match="changed after it was built"):
