@@ -206,9 +206,6 @@ def in_process() -> bool:
 
 def release() -> None:
     """Free what the runners no longer referenced hold in the worker (sessions, models)."""
-    import gc
-
-    gc.collect()
     if _worker is not None and _worker.alive:
         _worker.release()
 
