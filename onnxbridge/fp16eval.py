@@ -28,12 +28,30 @@ CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
 def computes_in_fp16(model: "onnx.ModelProto") -> bool:
-    """True when a node of the top-level graph produces an fp16 value or reads an fp16 weight."""
+    """True when fp16 appears anywhere a value can come from: a weight or constant, a graph input, output or
+    recorded value, or a node that makes fp16 (``to``/``dtype`` attributes). Ops keep their inputs' type otherwise,
+    so without any of these no node computes in fp16. Cheap: no shape inference."""
+    import onnx
+
     from onnxbridge.fileio import iter_tensors
 
     if any(t.data_type == F16 for t in iter_tensors(model)):
         return True
-    return any(t == F16 for t in _value_types(model).values())
+    g = model.graph
+    if any(v.type.tensor_type.elem_type == F16 for v in [*g.input, *g.output, *g.value_info]):
+        return True
+
+    def makes_fp16(graph: "onnx.GraphProto") -> bool:
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.name in ("to", "dtype", "output_dtype") and attr.type == onnx.AttributeProto.INT \
+                        and attr.i == F16:
+                    return True
+                if any(makes_fp16(sub) for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)):
+                    return True
+        return False
+
+    return makes_fp16(g)
 
 
 def _value_types(model: "onnx.ModelProto") -> dict[str, "onnx.TypeProto"]:

@@ -131,8 +131,9 @@ def _matmul_before_transpose(graph: "onnx.GraphProto") -> None:
             readers[node.input[0]] -= 1
             continue
         nodes.append(node)
+    outputs = {o.name for o in graph.output}
     kept = [n for n in nodes if not (n.op_type == "Transpose" and n.output and readers.get(n.output[0], 1) == 0
-                                     and n.output[0] not in {o.name for o in graph.output})]
+                                     and n.output[0] not in outputs)]
     del graph.node[:]
     graph.node.extend(kept)
 

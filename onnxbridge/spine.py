@@ -129,9 +129,9 @@ def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> lis
 
 
 def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict, count: int = 1,
-         seed: int = 0, latency_runs: int = 0) -> tuple[dict, list[Sample], Any]:
-    """The first hop, source -> ONNX; also the samples every later hop uses and the source's outputs on them
-    (computed once, shared by every hop)."""
+         seed: int = 0, latency_runs: int = 0) -> tuple[dict, list[Sample], Any, Any]:
+    """The first hop, source -> ONNX; also the samples every later hop uses, the source's outputs on them
+    (computed once, shared by every hop) and the ONNX model's runner (the later hops' reference)."""
     from onnxbridge import runtime
 
     candidate = runtime.open(model_path, what=f"the onnxruntime session of {_shown(model_path)}")
@@ -140,7 +140,7 @@ def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: d
     hop["errors"] += _check_dynamic(src, candidate.input_specs)
     if hop["errors"]:
         hop["status"], hop["passed"] = "failed", False
-    return hop, samples, source
+    return hop, samples, source, candidate
 
 
 def _source_hop(src: "SourceModel", to: str, candidate, inputs: Sequence[TensorSpec], output_names: Sequence[str],
@@ -152,8 +152,7 @@ def _source_hop(src: "SourceModel", to: str, candidate, inputs: Sequence[TensorS
     samples = _samples(src, samples_from, inputs, count, seed)
     report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
     source = SourceOutputs(src.run, _source_ran(src))
-    hop = validate_hop(src.frontend, getattr(candidate, "hop_name", None) or to, source, candidate, samples,
-                       output_names, tol, latency_runs)
+    hop = validate_hop(src.frontend, to, source, candidate, samples, output_names, tol, latency_runs)
     return hop, samples, source
 
 
@@ -212,7 +211,8 @@ def _check_precision(to: str, backend, precision: str) -> None:
 
 
 def _check_opset(opset: int | None) -> None:
-    """An opset beyond what the installed onnx defines (or onnxruntime runs) is refused for every source."""
+    """An opset beyond what the installed onnx defines is refused for every source (its checker and IR table are
+    what vouch for the file)."""
     if opset is None:
         return
     import onnx
@@ -261,38 +261,33 @@ def _open_backend_runner(name: str, spec_or_skip, artifact: Path, onnx_path: Pat
     return open_runner(spec, f"the {name} runner of {artifact.name}")
 
 
-def _backend_hop(name: str, onnx_path: Path, artifact: Path, samples: list[Sample], tol,
+def _backend_hop(name: str, reference, onnx_path: Path, artifact: Path, samples: list[Sample], tol,
                  built_runner=None, source=None, latency_runs: int = 0) -> dict:
     """The backend's hop: onnxruntime on the ONNX model it was built from against the backend's runner (or the
     one its build described). A backend that cannot run here gives a skipped hop that says why; an artifact that
     is not the graph it claims gives a failed one."""
-    from onnxbridge import runtime
     from onnxbridge.errors import ArtifactMismatch, HopSkipped
     from onnxbridge.validation import failed_hop, skipped_hop, validate_hop
 
-    reference = runtime.open(onnx_path, what="the onnxruntime session of the ONNX model the backend was built from")
     try:
         candidate = _open_backend_runner(name, built_runner, artifact, onnx_path)
     except HopSkipped as exc:
         return skipped_hop("onnx", _hop_name(name), samples, tol, exc.one_line())
     except ArtifactMismatch as exc:
         return failed_hop("onnx", _hop_name(name), samples, tol, exc.one_line())
-    return validate_hop("onnx", getattr(candidate, "hop_name", None) or name, reference, candidate, samples,
-                        reference.output_names, tol, latency_runs, source=source)
+    return validate_hop("onnx", _hop_name(name), reference, candidate, samples, reference.output_names, tol,
+                        latency_runs, source=source)
 
 
-def _onnx_hop(before: tuple[Path, int], after: Path, samples: list[Sample], tol, source=None) -> dict:
-    """The adapters' hop: the exporter's ONNX model against the adapted one, on the same samples."""
+def _onnx_hop(before: tuple[Path, int], got, opset: int, samples: list[Sample], tol, source=None) -> dict:
+    """The adapters' hop: the exporter's ONNX model against the adapted one (``got``, its runner; at ``opset``),
+    on the same samples."""
     from onnxbridge import runtime
-    from onnxbridge.adapters import default_opset
-    from onnxbridge.fileio import load_onnx
     from onnxbridge.validation import validate_hop
 
     path, have = before
     ref = runtime.open(path, what="the onnxruntime session of the exporter's model (before the opset adapters)")
-    got = runtime.open(after, what=f"the onnxruntime session of {_shown(after)}")
-    return validate_hop(f"onnx@{have}", f"onnx@{default_opset(load_onnx(after))}", ref, got, samples,
-                        got.output_names, tol, source=source)
+    return validate_hop(f"onnx@{have}", f"onnx@{opset}", ref, got, samples, got.output_names, tol, source=source)
 
 
 def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output: str | Path | None = None,
@@ -451,12 +446,14 @@ def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, ste
     if validate:
         with steps.step("Validating against the source framework"):
             t = time.perf_counter()
-            hop, used, source = _hop(src, dest, inputs, tol, rep, samples, seed, latency_runs)
+            hop, used, source, onnx_runner = _hop(src, dest, inputs, tol, rep, samples, seed, latency_runs)
             rep["hops"].append(hop)
             if before is not None:  # attribute a difference to the exporter or to the opset adapters
-                rep["hops"].append(_onnx_hop(before, dest, used, tol, source))
+                rep["hops"].append(_onnx_hop(before, onnx_runner, rep["artifact"]["opset"], used, tol, source))
             if backend is not None:
-                rep["hops"].append(_backend_hop(to, dest, out_path, used, tol, built_runner, source, latency_runs))
+                rep["hops"].append(_backend_hop(to, onnx_runner, dest, out_path, used, tol, built_runner, source,
+                                                latency_runs))
+            del onnx_runner
             timings["validate_s"] = time.perf_counter() - t
     return load_onnx(dest, load_external_data=True) if out_path is None else None
 
@@ -542,8 +539,8 @@ def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs
         if isinstance(exc, HopSkipped):
             return skipped_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line())
         return failed_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line())
-    return _source_hop(src, kind, candidate, specs, [o["name"] for o in info["outputs"]], inputs, tol, rep, count,
-                       seed, latency_runs)[0]
+    return _source_hop(src, _hop_name(kind), candidate, specs, [o["name"] for o in info["outputs"]], inputs, tol,
+                       rep, count, seed, latency_runs)[0]
 
 
 def inspect_artifact(path: str | Path, kind: str | None = None) -> dict:
