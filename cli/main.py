@@ -73,7 +73,9 @@ def cli(quiet: bool, debug: bool) -> None:
     """
 
 
-TRUST_HELP = "Allow pickles and Keras code (Lambda layers): both can run arbitrary code."
+TRUST_HELP = ("Load and run model files that are code: pickles, Keras Lambda layers, and TorchScript, torch.export, "
+              "SavedModel, TFLite and Paddle programs that touch files, the network, Python or custom operators "
+              "(without it they are checked statically and refused before anything in them runs).")
 FROM_HELP = "Source kind (default: detected): torch, tensorflow, paddle, sklearn, onnx."
 
 
@@ -153,7 +155,7 @@ def backend_options(fn):
 @click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True,
               help="Tolerance policy; fp16 also writes an fp16 model (fp32 inputs and outputs kept).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed for random inputs.")
 @click.option("--external-data/--no-external-data", default=None,
               help="Store weights in OUTPUT.data (default: only when over 2 GB).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
@@ -184,7 +186,8 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
                          report=report,
                          progress=_progress(ctx), target=target, signature=signature,
                          inputs_as_nchw=list(inputs_as_nchw), shapes=list(shapes), workspace=workspace,
-                         timing_cache=timing_cache, calibration=calibration, flavour=flavour)
+                         timing_cache=timing_cache, calibration=calibration, flavour=flavour,
+                         renderers=_renderers(junit, markdown, html))
     rep = result.report
     console = _console(ctx)
     if console is not None:
@@ -193,17 +196,13 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
         console.print(f"wrote {art['path']} ({built}opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} "
                       "bytes" + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "")
                       + ")")
-    _finish(ctx, rep, console, _renderers(junit, markdown, html), fail_on)
+    _finish(ctx, rep, console, fail_on)
 
 
-def _finish(ctx, rep: dict, console, renderers: dict | None = None, fail_on: str = "error") -> None:
+def _finish(ctx, rep: dict, console, fail_on: str = "error") -> None:
+    """Print the report (the spine wrote its files) and exit 1 on failure (or on warnings with --fail-on warning)."""
     from onnxbridge import report as reports
 
-    if renderers:
-        from onnxbridge.renderers import write
-
-        for fmt, path in renderers.items():
-            write(rep, path, fmt)
     if console is not None:
         reports.render(rep, console)
         for line in rep["notes"]:
@@ -226,7 +225,7 @@ def _finish(ctx, rep: dict, console, renderers: dict | None = None, fail_on: str
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True,
               help="Tolerance policy.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
 @report_options
@@ -241,8 +240,8 @@ def validate(ctx, source, converted, inputs, from_, input_shapes, precision, ato
     rep = run_validate(source, converted, inputs, from_=from_, input_shapes=list(input_shapes), trust=trust,
                        precision=precision, atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
                        latency_runs=latency_runs, seed=seed, report=report, progress=_progress(ctx), signature=signature,
-                       inputs_as_nchw=list(inputs_as_nchw))
-    _finish(ctx, rep, _console(ctx), _renderers(junit, markdown, html), fail_on)
+                       inputs_as_nchw=list(inputs_as_nchw), renderers=_renderers(junit, markdown, html))
+    _finish(ctx, rep, _console(ctx), fail_on)
 
 
 @cli.command()
@@ -265,11 +264,7 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
     if check_only:
         from onnxbridge.spine import check_opset
 
-        rep = check_opset(model, opset, report=report)
-        for fmt, path in _renderers(junit, markdown, html).items():
-            from onnxbridge.renderers import write
-
-            write(rep, path, fmt)
+        rep = check_opset(model, opset, report=report, renderers=_renderers(junit, markdown, html))
         for line in rep["blockers"]:
             click.echo(line)
         console = _console(ctx)
@@ -282,12 +277,13 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
 
     result = run_convert(model, from_="onnx", output=output, opset=opset, validate=validate, inputs=inputs,
                          atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
-                         latency_runs=latency_runs, report=report, progress=_progress(ctx))
+                         latency_runs=latency_runs, report=report, progress=_progress(ctx),
+                         renderers=_renderers(junit, markdown, html))
     console = _console(ctx)
     if console is not None:
         art = result.report["artifact"]
         console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']})")
-    _finish(ctx, result.report, console, _renderers(junit, markdown, html), fail_on)
+    _finish(ctx, result.report, console, fail_on)
 
 
 @cli.command()

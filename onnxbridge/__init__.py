@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from onnxbridge._version import __version__
 
 if TYPE_CHECKING:
-    from onnxbridge.adapters import adapt
+    from onnxbridge.spine import adapt
     from onnxbridge.inspection import summarize as inspect_model
     from onnxbridge.spine import ConversionResult, convert, validate
 
@@ -24,7 +24,7 @@ _LAZY = {
     "convert": ("onnxbridge.spine", "convert"),
     "validate": ("onnxbridge.spine", "validate"),
     "ConversionResult": ("onnxbridge.spine", "ConversionResult"),
-    "adapt": ("onnxbridge.adapters", "adapt"),
+    "adapt": ("onnxbridge.spine", "adapt"),
     "inspect_model": ("onnxbridge.inspection", "summarize"),
 }
 

@@ -20,8 +20,15 @@ class BadInputError(OnnxBridgeError):
     """The source, a file or an option cannot be used as given."""
 
 
+TRUST_HINT = "pass --trust (trust=True) only if you trust where the file comes from"
+
+
 class UnsafeInputError(BadInputError):
-    """Loading the source would unpickle untrusted data."""
+    """Loading or running the source would run code it holds (pickles, TorchScript, SavedModel programs, ...)."""
+
+
+class TooLargeError(BadInputError):
+    """A tensor or a run would exceed a size limit (``onnxbridge.budget``)."""
 
 
 class ExportError(OnnxBridgeError):

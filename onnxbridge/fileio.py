@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -19,23 +22,87 @@ PROTOBUF_LIMIT = 2**31 - 1
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 _ALIGN = 4096  # keep each external tensor page-aligned so runtimes can mmap it
 _MIN_EXTERNAL_TENSOR = 1024
+# Scratch folders (``onnxbridge-[trt-]PID-XXXXXXXX``) and staging entries beside an output
+# (``.NAME.onnxbridge-PID-XXXXXXXX[.tmp]``) carry their owner's pid; a later run removes those of dead owners,
+# and output locks (``.NAME.onnxbridge.lock``) that no run holds.
+_OWNED = re.compile(r"^(?:\..+\.)?onnxbridge-(?:[a-z]+-)?(\d+)-[a-z0-9_]{8}(?:\.tmp)?$")
+_LOCK = re.compile(r"^\..+\.onnxbridge\.lock$")
+STALE_AFTER_S = 10
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """An OSError while writing ``path`` as BadInputError with the system's reason: where it goes cannot take it
+    (read-only, full, a folder, not a file system)."""
+    try:
+        yield
+    except OSError as exc:
+        raise BadInputError(f"cannot write '{path}': {exc.strerror or exc}") from None
+
+
+def _owned_prefix(prefix: str) -> str:
+    """A temporary name's prefix that records this process as its owner (see ``_OWNED``)."""
+    return f"{prefix}{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, or not a pid: not ours to judge
+        return True
+    return True
+
+
+def clean_stale(folder: str | Path) -> None:
+    """Remove what killed runs left in ``folder``, once older than ``STALE_AFTER_S``: scratch and staging entries
+    whose owner pid is not alive, and output locks no run holds (never a live run's)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            owner = _OWNED.match(entry.name)
+            if (owner is None or _alive(int(owner[1]))) and not _LOCK.match(entry.name):
+                continue
+            with contextlib.suppress(OSError):
+                if time.time() - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER_S:
+                    continue
+                if owner is None:
+                    _drop_unheld_lock(entry.path)
+                elif entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+
+
+def _drop_unheld_lock(lock: str) -> None:
+    """Remove an output lock that no run holds (a run that opened it meanwhile retries on a fresh one)."""
+    import fcntl
+
+    fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: held by a live run
+        os.unlink(lock)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_owned_prefix(f".{path.name}.onnxbridge-"), suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is an ordinary file
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
     return path
 
 
@@ -45,12 +112,70 @@ def write_json(path: str | Path, obj) -> Path:
 
 @contextlib.contextmanager
 def workdir(prefix: str = "onnxbridge-") -> Iterator[Path]:
-    """A scratch directory removed afterwards (exports land here before the final write)."""
-    d = Path(tempfile.mkdtemp(prefix=prefix))
+    """A scratch directory removed afterwards (exports land here before the final write); those that killed runs
+    left behind are removed first."""
+    with writing(tempfile.gettempdir()):
+        clean_stale(tempfile.gettempdir())
+        d = Path(tempfile.mkdtemp(prefix=_owned_prefix(prefix)))
     try:
         yield d
+    except OSError as exc:  # the scratch disk is full: the machine's state, not a bug
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        raise BadInputError(f"cannot write scratch files in '{d.parent}': {exc.strerror}",
+                            hint="free space there, or point TMPDIR at a folder with more room") from None
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def output_lock(path: Path | None) -> Iterator[None]:
+    """Hold ``.NAME.onnxbridge.lock`` beside ``path`` while a run writes it, validates it and reports on it; the
+    lock file is removed after. A second run is refused at once (BadInputError): waiting could last a whole
+    conversion, and its write would replace the file the first run just reported on anyway. ``None``: no lock."""
+    if path is None:
+        yield
+        return
+    lock = path.parent / f".{path.name}.onnxbridge.lock"
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = _take_lock(lock, path)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)  # while still held: a run waiting on this file retries on a fresh one
+        os.close(fd)
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.lstat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def _take_lock(lock: Path, path: Path) -> int:
+    """An open, flock()ed ``lock`` holding this pid (retried when its holder removed it meanwhile)."""
+    import fcntl
+
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _inode(lock) == os.fstat(fd).st_ino:
+                os.ftruncate(fd, 0)
+                os.write(fd, str(os.getpid()).encode())
+                return fd
+        except BlockingIOError:
+            owner = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise BadInputError(f"'{path}' is being written by another onnxbridge run (pid {owner})",
+                                hint="wait for it to finish, or choose another output path") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def load_onnx(path: str | Path, *, load_external_data: bool = False) -> "onnx.ModelProto":
@@ -64,14 +189,29 @@ def load_onnx(path: str | Path, *, load_external_data: bool = False) -> "onnx.Mo
     if p.is_dir():
         raise BadInputError(f"'{p}' is a directory, not an ONNX file")
     try:
-        model = onnx.load(str(p), load_external_data=load_external_data)
+        model = onnx.load(str(p), load_external_data=False)
+        if not model.graph.node and not model.graph.output:
+            raise BadInputError(f"'{p}' is not an ONNX model (no graph found; truncated or another format?)")
+        _check_locations(model, p)
+        if load_external_data:
+            onnx.load_external_data_for_model(model, str(p.parent))
     except (DecodeError, RuntimeWarning, ValueError, onnx.checker.ValidationError) as exc:
         raise BadInputError(f"'{p}' is not a readable ONNX model ({type(exc).__name__}: {exc})") from None
     except FileNotFoundError as exc:
         raise BadInputError(f"'{p}' refers to external data that is missing: {exc.filename}") from None
-    if not model.graph.node and not model.graph.output:
-        raise BadInputError(f"'{p}' is not an ONNX model (no graph found; truncated or another format?)")
     return model
+
+
+def _check_locations(model: "onnx.ModelProto", path: Path) -> None:
+    """Refuse a model (at ``path``) whose external data leads out of its folder, before any of it is read."""
+    from onnx import TensorProto
+
+    try:
+        for t in iter_tensors(model):
+            if t.data_location == TensorProto.EXTERNAL:
+                _external_info(t, path.parent)
+    except BadInputError as exc:
+        raise BadInputError(f"'{path}': {exc}") from None
 
 
 def iter_tensors(model: "onnx.ModelProto") -> Iterator["onnx.TensorProto"]:
@@ -132,12 +272,10 @@ def _tensor_bytes(t: "onnx.TensorProto", base_dir: Path | None) -> bytes:
     from onnx import TensorProto, numpy_helper
 
     if t.data_location == TensorProto.EXTERNAL:
-        info = {e.key: e.value for e in t.external_data}
-        src = (base_dir or Path(".")) / info["location"]
+        src, offset, length = _external_info(t, base_dir)
         with open(src, "rb") as f:
-            f.seek(int(info.get("offset", 0)))
-            length = int(info["length"]) if "length" in info else -1
-            return f.read(length)
+            f.seek(offset)
+            return f.read(-1 if length is None else length)
     if t.HasField("raw_data"):
         return t.raw_data
     return numpy_helper.to_array(t).tobytes()
@@ -155,15 +293,23 @@ def save_onnx(model: "onnx.ModelProto", path: str | Path, *, base_dir: str | Pat
     skeleton (no weights read). Files are staged in a hidden folder beside ``path`` and renamed
     into place only when complete. ``model`` is not modified.
     """
+    path = Path(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(path.parent)
+        written = _save(model, path, Path(base_dir) if base_dir else None, external_data, threshold, check)
+    return [f"{path.name}.data"] if written else []
+
+
+def _save(model: "onnx.ModelProto", path: Path, base: Path | None, external_data: bool | None, threshold: int,
+          check: Callable[[Path], None] | None) -> bool:
+    """``save_onnx`` once ``path``'s folder is there: whether the weights went to ``<path>.data``."""
     import onnx
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    base = Path(base_dir) if base_dir else None
     total = sum(tensor_nbytes(t) for t in iter_tensors(model))
     inline = not (external_data if external_data is not None else total > threshold)
     data_name = f"{path.name}.data"
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    staging = Path(tempfile.mkdtemp(prefix=_owned_prefix(f".{path.name}.onnxbridge-"), dir=path.parent))
     try:
         out = onnx.ModelProto()
         out.CopyFrom(model)
@@ -190,7 +336,7 @@ def save_onnx(model: "onnx.ModelProto", path: str | Path, *, base_dir: str | Pat
             side.unlink()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return [data_name] if written else []
+    return written
 
 
 def detach_weights(model: "onnx.ModelProto", base_dir: Path | None, folder: Path) -> tuple["onnx.ModelProto", Path | None]:
@@ -217,16 +363,12 @@ def _check_skeleton(model: "onnx.ModelProto", folder: Path, check: Callable[[Pat
     from onnx import TensorProto
 
     folder.mkdir()
-    sizes: dict[str, int] = {}
+    sizes: dict[Path, int] = {}
     for t in iter_tensors(model):
         if t.data_location == TensorProto.EXTERNAL:
-            info = {e.key: e.value for e in t.external_data}
-            end = int(info.get("offset", 0)) + int(info.get("length", tensor_nbytes(t)))
-            sizes[info["location"]] = max(sizes.get(info["location"], 0), end)
-    for location, size in sizes.items():
-        stand_in = folder / location
-        if folder.resolve() not in stand_in.resolve().parents:
-            raise BadInputError(f"external data location '{location}' points outside the model's folder")
+            stand_in, offset, length = _external_info(t, folder)
+            sizes[stand_in] = max(sizes.get(stand_in, 0), offset + (tensor_nbytes(t) if length is None else length))
+    for stand_in, size in sizes.items():
         stand_in.parent.mkdir(parents=True, exist_ok=True)
         with open(stand_in, "wb") as f:
             f.truncate(size)
@@ -235,12 +377,37 @@ def _check_skeleton(model: "onnx.ModelProto", folder: Path, check: Callable[[Pat
     check(skeleton)
 
 
-def _external_range(t: "onnx.TensorProto", base_dir: Path | None) -> tuple[Path, int, int]:
+def _external_info(t: "onnx.TensorProto", base_dir: Path | None) -> tuple[Path, int, int | None]:
+    """Where an external tensor's bytes are: its file, offset and length (None: to the end of the file). A location
+    that cannot be used from ``base_dir`` (see ``_location_problem``) is refused, as are offsets and lengths that
+    are not byte counts."""
     info = {e.key: e.value for e in t.external_data}
-    src = (base_dir or Path(".")) / info["location"]
-    offset = int(info.get("offset", 0))
-    length = int(info["length"]) if "length" in info else src.stat().st_size - offset
-    return src, offset, length
+    location, numbers = info.get("location", ""), (info.get("offset", "0"), info.get("length", "0"))
+    problem = _location_problem(location, os.path.realpath(base_dir or "."))
+    if problem is None and not all(v.isascii() and v.isdigit() for v in numbers):
+        problem = f"has offset {numbers[0]!r} and length {numbers[1]!r}, not byte counts"
+    if problem:
+        raise BadInputError(f"tensor '{t.name}': external data location {location!r} {problem}")
+    length = int(info["length"]) if "length" in info else None
+    return (base_dir or Path(".")) / location, int(numbers[0]), length
+
+
+def _location_problem(location: str, folder: str) -> str | None:
+    """Why an external data location cannot be used from ``folder`` (a real path): empty, a NUL byte, absolute,
+    or leading out of the folder by '..' or a symlink; None when it can."""
+    if not location or "\0" in location or os.path.isabs(location):
+        return "is empty" if not location else "holds a NUL byte" if "\0" in location else "is absolute"
+    real = os.path.realpath(os.path.join(folder, location))
+    if real == folder:
+        return "names the model's folder, not a file"
+    if os.path.commonpath([folder, real]) != folder:
+        return "leads out of the model's folder" + ("" if ".." in Path(location).parts else " (by a symlink)")
+    return None
+
+
+def _external_range(t: "onnx.TensorProto", base_dir: Path | None) -> tuple[Path, int, int]:
+    src, offset, length = _external_info(t, base_dir)
+    return src, offset, src.stat().st_size - offset if length is None else length
 
 
 def _copy_range(src: Path, offset: int, length: int, dst) -> None:

@@ -5,6 +5,7 @@ in-process helpers (``session``, ``run``) are what the worker, backend builds an
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -27,6 +28,7 @@ def session(model: "str | Path | onnx.ModelProto", *, optimize: bool = True) -> 
     """A CPU session; load failures (unsupported opset, IR, op) become UnsupportedError."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(3)  # its own warnings would reach the terminal beside our one-line errors
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle threads must not slow the others
@@ -36,7 +38,7 @@ def session(model: "str | Path | onnx.ModelProto", *, optimize: bool = True) -> 
     try:
         return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        msg = " ".join(str(exc).split())
+        msg = re.sub(r"/onnxruntime_src/\S+:\d+ \S+?\(.*?\) ", "", " ".join(str(exc).split()))  # C++ frames
         raise UnsupportedError(f"onnxruntime {ort.__version__} cannot load the model: {msg[:400]}") from None
 
 
@@ -84,11 +86,13 @@ class Session:
         import onnx
         import onnxruntime as ort
 
-        from onnxbridge.fp16eval import Fp16Evaluator, computes_in_fp16
+        from onnxbridge import wellformed
         from onnxbridge.fileio import load_onnx
+        from onnxbridge.fp16eval import Fp16Evaluator, computes_in_fp16
 
         source = model if isinstance(model, str) else onnx.load_from_string(model)
         skeleton = load_onnx(source) if isinstance(source, str) else source
+        wellformed.vet_here(skeleton, f"'{Path(source).name}'" if isinstance(source, str) else "the model")
         self.fp16 = computes_in_fp16(skeleton) if fp16 is None else fp16
         sess = session(source, optimize=optimize)
         self.input_specs = input_specs(sess)

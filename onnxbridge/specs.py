@@ -170,6 +170,9 @@ def random_array(shape: Sequence[int], dtype: str, rng) -> "np.ndarray":
 def random_sample(specs: Sequence[TensorSpec], seed: int = 0, fill: int = 1) -> Sample:
     import numpy as np
 
+    from onnxbridge.budget import check_inputs
+
+    check_inputs(specs, fill)
     rng = np.random.default_rng(seed)
     feeds = {s.name: random_array(s.concrete(fill), s.dtype or "float32", rng) for s in specs}
     return Sample(feeds, origin=f"random(seed={seed})")

@@ -10,11 +10,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from onnxbridge import arguments, wellformed
 from onnxbridge import report as reports
 from onnxbridge.errors import BadInputError, UnsupportedError, ValidationFailed
-from onnxbridge.fileio import workdir, write_json
+from onnxbridge.fileio import output_lock, workdir, write_json
 from onnxbridge.progress import Progress
 from onnxbridge.registry import dist_version
 from onnxbridge.specs import (DynamicAxis, Sample, TensorSpec, load_npz, normalize_dynamic, parse_input_shape,
@@ -82,11 +83,13 @@ def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec],
     """The validation samples: user inputs (or the source's sample and ``count - 1`` more random batches
     like it), then the first with every symbolic axis of the ONNX model grown by one, to catch sizes
     baked in at export."""
+    import numpy as np
+
     from onnxbridge.runtime import match_feeds
 
     names = [s.name for s in src.input_specs]
     if inputs is not None:
-        arrays = load_npz(inputs) if isinstance(inputs, (str, Path)) else dict(inputs)
+        arrays = {k: np.asarray(v) for k, v in inputs.items()} if isinstance(inputs, Mapping) else load_npz(inputs)
         _check_input_keys(arrays, names)
         first = Sample(match_feeds(names, arrays), origin=f"user inputs{f' ({inputs})' if isinstance(inputs, (str, Path)) else ''}")
     else:
@@ -296,7 +299,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
             output_names: Sequence[str] | None = None, exporter: str = "auto", from_: str | None = None,
             trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
             latency_runs: int = 0, seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
-            progress: bool = False, target: str | None = None, **options: Any) -> ConversionResult:
+            progress: bool = False, target: str | None = None, renderers: dict | None = None,
+            **options: Any) -> ConversionResult:
     """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
 
     ``source``: a live model (nn.Module, ExportedProgram, ScriptModule, ModelProto), a file path, or
@@ -308,9 +312,12 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     as a hop of its own. Backend options go in ``options`` too: ``shapes`` (TensorRT ``NAME:MIN/OPT/MAX``),
     ``workspace`` (MB), ``timing_cache``, ``calibration`` (.npz for int8) and ``flavour``. ``precision="fp16"`` writes an
     fp16 model (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances.
-    Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw`` (TensorFlow).
+    Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw`` (TensorFlow). ``renderers``: more
+    reports to write, format (junit, markdown, html) -> path. No output may name another or an input's file.
     """
+    arguments.check({**locals(), **options})
     from onnxbridge.backends import BACKENDS
+    from onnxbridge.sources import is_factory
     from onnxbridge.validation import Tolerance
 
     t0 = time.perf_counter()
@@ -327,39 +334,57 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     _check_opset(opset)
     tol = Tolerance.for_precision(precision, atol, rtol)
     out_path = Path(output) if output is not None else None
-    if out_path is not None and isinstance(source, (str, Path)) and Path(source).exists() \
-            and out_path.resolve() == Path(source).resolve():
-        raise BadInputError("the output would overwrite the source model; choose another path")
+    factory_file = source.rpartition(":")[0] if is_factory(source) else None
+    side_file = f"{out_path}.data" if to == "onnx" and out_path is not None else None  # save_onnx's weights file
+    arguments.check_paths({"the source model": source, "the source's factory file": factory_file,
+                           "--inputs": inputs, "--calibration": calibration},
+                          {"-o": output, "-o's external data": side_file, "--report": report,
+                           "--timing-cache": backend_options.get("timing_cache"), **_renderer_flags(renderers)})
     steps = Progress(progress)
     timings: dict[str, float] = {}
+    with output_lock(out_path):
+        with steps.step("Loading the source model"):
+            t = time.perf_counter()
+            src = load_source(source, sample_inputs=sample_inputs, from_=from_, input_shapes=input_shapes,
+                              dynamic=dynamic, input_names=input_names, trust=trust, seed=seed, **options)
+            timings["load_s"] = time.perf_counter() - t
+        _check_loaded_names(src, input_names, input_shapes)
+        source_info = {**src.info(), "path": str(source) if isinstance(source, (str, Path)) else None}
+        rep = reports.new_report("convert", source=source_info,
+                                 frameworks=[d for d in (src.framework, src.converter) if d])
+        written: list[Path] = []  # what is at the output paths: removed if the run ends in an error
+        try:
+            with workdir() as scratch:
+                in_memory = _convert_in(src, scratch, rep, timings, steps, written, to=to, backend=backend,
+                                        out_path=out_path, opset=opset, validate=validate, inputs=inputs,
+                                        input_shapes=input_shapes, output_names=output_names, exporter=exporter,
+                                        precision=precision, tol=tol, samples=samples, latency_runs=latency_runs,
+                                        seed=seed, external_data=external_data, report=report, target=target,
+                                        calibration=calibration, backend_options=backend_options)
+                _release()
+        except BaseException:
+            _remove(written)
+            raise
+        timings["total_s"] = time.perf_counter() - t0
+        rep["timings"] = {k: round(v, 4) for k, v in timings.items()}
+        reports.finish(rep, validated=validate)
+        _write_reports(rep, report, renderers)
+    return ConversionResult(out_path, in_memory, rep)
 
-    with steps.step("Loading the source model"):
-        t = time.perf_counter()
-        src = load_source(source, sample_inputs=sample_inputs, from_=from_, input_shapes=input_shapes,
-                          dynamic=dynamic, input_names=input_names, trust=trust, seed=seed, **options)
-        timings["load_s"] = time.perf_counter() - t
-    _check_loaded_names(src, input_names, input_shapes)
-    source_info = {**src.info(), "path": str(source) if isinstance(source, (str, Path)) else None}
-    rep = reports.new_report("convert", source=source_info, frameworks=[d for d in (src.framework, src.converter) if d])
-    written: list[Path] = []  # what is at the output paths: removed if the run ends in an error
-    try:
-        with workdir() as scratch:
-            in_memory = _convert_in(src, scratch, rep, timings, steps, written, to=to, backend=backend,
-                                    out_path=out_path, opset=opset, validate=validate, inputs=inputs,
-                                    input_shapes=input_shapes, output_names=output_names, exporter=exporter,
-                                    precision=precision, tol=tol, samples=samples, latency_runs=latency_runs,
-                                    seed=seed, external_data=external_data, report=report, target=target,
-                                    calibration=calibration, backend_options=backend_options)
-            _release()
-    except BaseException:
-        _remove(written)
-        raise
-    timings["total_s"] = time.perf_counter() - t0
-    rep["timings"] = {k: round(v, 4) for k, v in timings.items()}
-    reports.finish(rep, validated=validate)
+
+def _renderer_flags(renderers: dict | None) -> dict:
+    """The rendered reports' paths by the flag that names each (--junit, --markdown, --html)."""
+    return {f"--{fmt}": path for fmt, path in (renderers or {}).items()}
+
+
+def _write_reports(rep: dict, report: str | Path | None, renderers: dict | None) -> None:
+    """The JSON report, then the rendered ones (format -> path)."""
+    from onnxbridge.renderers import write
+
     if report is not None:
         write_json(report, rep)
-    return ConversionResult(out_path, in_memory, rep)
+    for fmt, path in (renderers or {}).items():
+        write(rep, path, fmt)
 
 
 def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, steps: Progress, written: list[Path], *,
@@ -574,18 +599,31 @@ def _write_blocked(path: str | Path, rep: dict, model: "onnx.ModelProto", opset:
     write_json(path, rep)
 
 
-def check_opset(model: "str | Path | onnx.ModelProto", opset: int, *, report: str | Path | None = None) -> dict:
+def adapt(model: "str | Path | onnx.ModelProto", opset: int) -> "onnx.ModelProto":
+    """``adapters.adapt`` for a model from a user (the Python API's ``onnxbridge.adapt``): vetted first, since the
+    adapters hand it to onnx's C++, which crashes on malformed graphs."""
+    from onnxbridge.adapters import adapt as adapt_model
+
+    arguments.check({"model": model, "opset": opset}, required=("model", "opset"))
+    wellformed.vet(model, f"'{Path(model).name}'" if isinstance(model, (str, Path)) else "the model")
+    return adapt_model(model, opset)
+
+
+def check_opset(model: "str | Path | onnx.ModelProto", opset: int, *, report: str | Path | None = None,
+                renderers: dict | None = None) -> dict:
     """Every node that blocks moving an ONNX model to ``opset``: a report with status ``passed`` or
-    ``blocked`` and its ``blockers`` (nothing is converted or written but the report)."""
+    ``blocked`` and its ``blockers`` (nothing is converted or written but the reports)."""
     from onnxbridge.adapters import check
     from onnxbridge.fileio import load_onnx
 
+    arguments.check({"model": model, "opset": opset, "report": report, "renderers": renderers}, required=("opset",))
+    arguments.check_paths({"the model": model}, {"--report": report, **_renderer_flags(renderers)})
     proto = load_onnx(model) if isinstance(model, (str, Path)) else model
+    wellformed.vet(model, f"'{Path(model).name}'" if isinstance(model, (str, Path)) else "the model")
     rep = reports.new_report("check", source=_onnx_source_info(model, proto))
     rep["blockers"] = check(proto, opset)
     rep["status"] = "blocked" if rep["blockers"] else "passed"
-    if report is not None:
-        write_json(report, rep)
+    _write_reports(rep, report, renderers)
     return rep
 
 
@@ -599,7 +637,10 @@ def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | N
     from onnxbridge.specs import check_names
     from onnxbridge.worker import call
 
+    arguments.check_paths({"the model": model}, {"--report": report})
     _check_opset(opset)
+    if opset is None:
+        wellformed.vet(model, f"'{Path(model).name}'")
     rep = check_opset(model, opset, report=None) if opset is not None else \
         reports.new_report("check", source=_onnx_source_info(model))
     rep.setdefault("blockers", [])
@@ -647,6 +688,9 @@ def _artifact(path: Path, target: str, model: "onnx.ModelProto | None" = None,
     if model is None:
         model = load_onnx(path)
         files = external_files(model)
+        missing = [f for f in files if not (path.parent / f).is_file()]
+        if missing:
+            raise BadInputError(f"'{path}' refers to external data that is missing: {', '.join(missing)}")
     return {"path": str(path), "format": target, "opset": default_opset(model), "ir_version": model.ir_version,
             "bytes": path.stat().st_size + sum((path.parent / f).stat().st_size for f in files),
             "external_data": files}
@@ -656,17 +700,20 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
              sample_inputs: Any = None, from_: str | None = None, input_shapes: Sequence[str | TensorSpec] = (),
              trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
              latency_runs: int = 0, seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
-             progress: bool = False, **options: Any) -> dict:
+             progress: bool = False, renderers: dict | None = None, **options: Any) -> dict:
     """Compare a converted model with its source on the same inputs; returns the report.
 
     ``converted``: an ONNX model (path or proto) or a backend's artifact (.mlpackage, .dlc, .engine), run by
     that backend's runner; a backend that cannot run here gives a skipped hop, never a passed one.
     ``inputs``: a .npz path, a directory of .npy files or a name -> array mapping; by default the
     source's sample inputs (or seeded random ones from its input specs). Symbolic axes of the
-    converted model are also checked at a second size.
+    converted model are also checked at a second size. ``renderers``: more reports to write, as ``convert``'s.
     """
+    arguments.check({**locals(), **options}, required=("converted",))
     from onnxbridge.validation import Tolerance
 
+    arguments.check_paths({"the source model": source, "the converted model": converted, "--inputs": inputs},
+                          {"--report": report, **_renderer_flags(renderers)})
     t0 = time.perf_counter()
     tol = Tolerance.for_precision(precision, atol, rtol)
     steps = Progress(progress)
@@ -692,8 +739,7 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
         _release()
     rep["timings"] = {"total_s": round(time.perf_counter() - t0, 4)}
     reports.finish(rep, validated=True)
-    if report is not None:
-        write_json(report, rep)
+    _write_reports(rep, report, renderers)
     if raise_on_failure and rep["status"] == "failed":
         raise ValidationFailed(reports.failure_summary(rep), rep)
     return rep

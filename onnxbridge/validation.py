@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from onnxbridge.compare import TOLERANCES, compare, merge
-from onnxbridge.errors import BadInputError, NativeCrash
+from onnxbridge.errors import BadInputError, NativeCrash, TooLargeError
 from onnxbridge.specs import Sample
 
 Runner = Callable[[Mapping[str, Any]], list]  # named inputs -> outputs in order
@@ -183,7 +183,7 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
     for i, sample in enumerate(samples):
         try:
             ref, t_ref = timed(reference, sample.feeds)
-        except NativeCrash:
+        except (NativeCrash, TooLargeError):  # not a verdict on the numbers: the run stops
             raise
         except Exception as exc:
             if i == 0:
@@ -193,7 +193,7 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
             continue
         try:
             got, t_cand = timed(candidate, sample.feeds)
-        except NativeCrash:
+        except (NativeCrash, TooLargeError):  # not a verdict on the numbers: the run stops
             raise
         except Exception as exc:
             errors.append(f"{dst} fails at input shapes {sample.shapes()} where {src} runs: "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -76,6 +77,7 @@ class Worker:
         self.conn = Connection(os.dup(parent.fileno()))
         parent.close()
         self.unused: list[int] = []  # handles of runners whose proxies were collected, closed before the next call
+        self.cwd = os.getcwd()  # the worker's working directory (it starts in this one)
 
     @property
     def alive(self) -> bool:
@@ -86,7 +88,18 @@ class Worker:
         """Send ``message``, return the answer; a dead worker raises NativeCrash, an error there is raised here.
         Lines the call prints through a ``RelayedProgress`` go to ``progress`` (a ``Progress``) meanwhile."""
         self.release()
+        self._follow_cwd()
         return self._request(message, step=step, library=library, timeout=timeout, progress=progress)
+
+    def _follow_cwd(self) -> None:
+        """Relative paths in a request mean what they mean here: the worker moves to this process's directory."""
+        try:
+            cwd = os.getcwd()
+        except OSError:  # this process's directory was removed: nothing relative can be meant
+            return
+        if cwd != self.cwd:
+            self._request(("chdir", cwd), step="moving the worker to the working directory", library="")
+            self.cwd = cwd
 
     def release(self) -> None:
         """Close the runners whose proxies are gone (``RemoteRunner.__del__`` only queues them: a request may be
@@ -100,14 +113,14 @@ class Worker:
 
     def _request(self, message: tuple, *, step: str, library: str, timeout: float | None = None,
                  progress=None) -> Any:
+        from onnxbridge.budget import memory_limit
+
+        limit = memory_limit()
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             self.conn.send(message)
             while True:
-                left = None if deadline is None else max(deadline - time.monotonic(), 0)
-                if left is not None and not self.conn.poll(left):
-                    self.kill()
-                    raise NativeCrash(f"{step} did not finish within {timeout:.0f} s ({library or 'native code'})")
+                self._wait(deadline, limit, step, library)
                 status, value = self.conn.recv()
                 if status != "progress":
                     break
@@ -121,6 +134,22 @@ class Worker:
         if status == "ok":
             return value
         raise _rebuild_error(value)
+
+    def _wait(self, deadline: float | None, limit: int | None, step: str, library: str) -> None:
+        """Until the worker answers. Past ``deadline`` it is stopped (NativeCrash); over ``limit`` bytes of resident
+        memory too (TooLargeError, exit 2: the model needs more memory than it may have)."""
+        from onnxbridge.budget import over_memory, resident
+
+        started = time.monotonic()
+        while not self.conn.poll(_POLL_S if deadline is None else min(_POLL_S, max(deadline - time.monotonic(), 0))):
+            if deadline is not None and time.monotonic() >= deadline:
+                self.kill()
+                raise NativeCrash(f"{step} did not finish within {deadline - started:.0f} s "
+                                  f"({library or 'native code'})")
+            used = resident(self.proc.pid) if limit else None
+            if used is not None and used > limit:
+                self.kill()
+                raise over_memory(step, used, limit)
 
     def _crash(self, step: str, library: str) -> NativeCrash:
         try:
@@ -156,7 +185,8 @@ class Worker:
         noise = ("Fatal Python error", "Current thread", "Thread 0x", "  File ", "Extension modules", "Stack (most",
                  "FatalError: `", "[TimeInfo:", "[SignalInfo:", "-----", "Error Message Summary", "C++ Traceback",
                  "No stack trace")
-        kept = [ln.strip() for ln in self.printed().splitlines() if ln.strip() and not ln.strip().startswith(noise)]
+        plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", self.printed())  # onnxruntime colours its log lines
+        kept = [ln.strip() for ln in plain.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
         return " | ".join(kept[-lines:])[:400]
 
     def kill(self) -> None:
@@ -173,6 +203,7 @@ class Worker:
         self._log.close()
 
 
+_POLL_S = 0.05  # how often a waiting call looks at the worker's memory
 _lock = threading.Lock()
 _worker: Worker | None = None
 
@@ -366,6 +397,9 @@ def _serve(fd: int) -> None:
                 seconds = time.perf_counter() - t
                 own = getattr(obj, "last_seconds", seconds) if not fresh else seconds  # None: not a timing
                 answer = (outputs, own, list(getattr(obj, "last_notes", None) or ()))
+            elif kind == "chdir":
+                os.chdir(message[1])
+                answer = None
             elif kind == "close":
                 obj = objects.pop(message[1], None)
                 closer = getattr(obj, "close", None)

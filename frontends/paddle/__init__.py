@@ -46,4 +46,4 @@ def load(source: Any, *, sample_inputs: Any = None, input_shapes: Sequence[Tenso
     from onnxbridge.frontends.paddle.model import PaddleModel
 
     return PaddleModel(source, sample_inputs=sample_inputs, input_shapes=input_shapes, dynamic=dynamic,
-                       input_names=input_names, seed=seed)
+                       input_names=input_names, seed=seed, trust=trust)

@@ -16,6 +16,7 @@ from onnxbridge.errors import BadInputError, ExportError, NativeCrash, Unsupport
 from onnxbridge.frontends.base import Exported, SourceModel
 from onnxbridge.frontends.paddle.convert import MAX_OPSET, paddle2onnx_opset, paddle_message
 from onnxbridge.frontends.paddle.files import inference_files
+from onnxbridge.frontends.paddle.unsafe_ops import check_program
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, apply_overrides, as_arrays, random_sample
 
 
@@ -68,13 +69,15 @@ class PaddleModel(SourceModel):
     converter = "paddle2onnx"
 
     def __init__(self, source: Any, *, sample_inputs: Any, input_shapes: Sequence[TensorSpec],
-                 dynamic: Sequence[DynamicAxis], input_names: Sequence[str] | None, seed: int):
+                 dynamic: Sequence[DynamicAxis], input_names: Sequence[str] | None, seed: int, trust: bool = False):
         paddle = import_paddle()
         self.layer = self.predictor = None
         if isinstance(source, (str, Path)):
             if input_names:
                 raise BadInputError("the input names of a saved Paddle model are fixed; --input-name does not apply")
             self.program, self.params = inference_files(Path(source))
+            if not trust:
+                check_program(self.program)
             self.kind = "Paddle inference model (.json PIR)" if self.program.suffix == ".json" \
                 else "Paddle inference model (.pdmodel)"
             self.description = f"Paddle model {self.program.name}"

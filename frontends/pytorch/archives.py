@@ -5,9 +5,8 @@ import json
 import zipfile
 from pathlib import Path
 
-from onnxbridge.errors import BadInputError, UnsafeInputError
+from onnxbridge.errors import TRUST_HINT, BadInputError, UnsafeInputError
 
-TRUST_HINT = "pass --trust (trust=True) only if you trust where the file comes from"
 
 
 def kind(path: Path) -> str:

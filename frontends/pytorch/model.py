@@ -9,9 +9,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from onnxbridge.errors import BadInputError, ExportError, first_line
+from onnxbridge.errors import BadInputError, ExportError, OnnxBridgeError, first_line
 from onnxbridge.frontends.base import Exported, SourceModel
-from onnxbridge.frontends.pytorch import archives
+from onnxbridge.frontends.pytorch import archives, unsafe_ops
 from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array
 
@@ -298,17 +298,21 @@ class _TensorsOnly(torch.nn.Module):
 
 
 def _load_file(path: Path, trust: bool) -> tuple[Any, str, str]:
-    """(ExportedProgram or module, kind label, description) for a torch file; pickles need ``trust``."""
+    """(ExportedProgram or module, kind label, description) for a torch file; pickles need ``trust``, and so
+    do programs that call file, network or custom operators (``unsafe_ops``)."""
     kind = archives.kind(path)
     if kind == "pt2":
         pickled = archives.pt2_pickled_entries(path)
         if pickled:
             archives.require_trust(path, f"holds pickled objects ({pickled[0]})", trust)
         program = _call(lambda: torch.export.load(str(path)), f"cannot load '{path}'")
+        if not trust:
+            unsafe_ops.check_program(path, program)
         return program, "torch.export .pt2", f"torch.export archive {path.name}"
     if kind == "torchscript":
-        module = _call(lambda: torch.jit.load(str(path), map_location="cpu"), f"cannot load '{path}'")
-        return module, "TorchScript", f"TorchScript archive {path.name}"
+        load = (lambda: torch.jit.load(str(path), map_location="cpu")) if trust else \
+            (lambda: unsafe_ops.load_torchscript(path))
+        return _call(load, f"cannot load '{path}'"), "TorchScript", f"TorchScript archive {path.name}"
     archives.require_trust(path, "is a pickle written by torch.save", trust)
     obj = _call(lambda: torch.load(path, map_location="cpu", weights_only=False), f"cannot unpickle '{path}'")
     if isinstance(obj, Mapping):
@@ -322,6 +326,8 @@ def _load_file(path: Path, trust: bool) -> tuple[Any, str, str]:
 def _call(fn, what: str):
     try:
         return fn()
+    except OnnxBridgeError:
+        raise
     except Exception as exc:
         raise BadInputError(f"{what}: {first_line(exc)}") from None
 

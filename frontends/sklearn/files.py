@@ -4,12 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from onnxbridge.errors import BadInputError, UnavailableError, UnsafeInputError
+from onnxbridge.errors import TRUST_HINT, BadInputError, UnavailableError, UnsafeInputError
 
 PICKLES = (".joblib", ".pkl", ".pickle")
 SKOPS = ".skops"
 SUFFIXES = (*PICKLES, SKOPS)
-TRUST_HINT = "pass --trust (trust=True) only if you trust where the file comes from"
 ESTIMATOR_PACKAGES = ("sklearn", "lightgbm", "xgboost", "imblearn")
 
 

@@ -33,7 +33,7 @@ def load(source: Any, *, sample_inputs: Any = None, input_shapes: Sequence[Tenso
     if isinstance(source, (str, Path)) and Path(source).suffix.lower() == ".tflite":
         from onnxbridge.frontends.tensorflow.tflite import TFLiteModel
 
-        return TFLiteModel(Path(source), signature=signature, **common)
+        return TFLiteModel(Path(source), signature=signature, trust=trust, **common)
     from onnxbridge.frontends.tensorflow.model import TFModel
     from onnxbridge.frontends.tensorflow.sources import resolve
 

@@ -10,6 +10,7 @@ from typing import Any
 from onnxbridge.frontends.tensorflow import KERAS_SUFFIXES, is_saved_model
 from onnxbridge.frontends.tensorflow.signatures import choose_signature, output_names
 from onnxbridge.frontends.tensorflow.tfimport import import_tf
+from onnxbridge.frontends.tensorflow.unsafe_ops import check_saved_model
 
 from onnxbridge.errors import BadInputError, UnsafeInputError
 from onnxbridge.specs import TensorSpec, as_arrays
@@ -33,7 +34,7 @@ def resolve(source: Any, *, signature: str | None, trust: bool, sample_inputs: A
     if isinstance(source, (str, Path)):
         path = Path(source)
         if is_saved_model(path):
-            return _saved_model(path, signature)
+            return _saved_model(path, signature, trust)
         if path.suffix.lower() in KERAS_SUFFIXES:
             fn = _keras(_load_keras(path, trust), sample_inputs, input_names)
             fn.kind, fn.description = f"Keras {path.suffix}", f"Keras model {path.name}"
@@ -161,8 +162,11 @@ def _paths(structure, prefix: str = "") -> list[str]:
     return [prefix]
 
 
-def _saved_model(path: Path, signature: str | None) -> TFFunction:
+def _saved_model(path: Path, signature: str | None, trust: bool) -> TFFunction:
+    """The chosen signature; without ``trust`` the SavedModel is checked statically before it is loaded."""
     tf = import_tf()
+    if not trust:
+        check_saved_model(path, signature)
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line

@@ -18,6 +18,7 @@ from onnxbridge.frontends.tensorflow.signatures import (
     to_nhwc,
 )
 from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
+from onnxbridge.frontends.tensorflow.unsafe_ops import check_tflite
 
 from onnxbridge.errors import BadInputError, ExportError, UnsupportedError
 from onnxbridge.quiet import native_output_silenced, quiet
@@ -36,10 +37,12 @@ class TFLiteModel(SourceModel):
     kind = "TFLite"
 
     def __init__(self, path: Path, *, signature: str | None, sample_inputs: Any, input_shapes: Sequence[TensorSpec],
-                 dynamic: Sequence[DynamicAxis], inputs_as_nchw: Sequence[str], seed: int):
+                 dynamic: Sequence[DynamicAxis], inputs_as_nchw: Sequence[str], seed: int, trust: bool = False):
         tf = import_tf()
         if not path.is_file():
             raise BadInputError(f"'{path}' does not exist")
+        if not trust:
+            check_tflite(path)
         self.path, self.description = path, f"TFLite model {path.name}"
         try:
             with warnings.catch_warnings():

@@ -55,8 +55,10 @@ def adapt(model: "onnx.ModelProto | str | Path", opset: int) -> "onnx.ModelProto
     the target. The input is never modified.
     """
     from onnxbridge.adapters import engine
+    from onnxbridge.arguments import check
     from onnxbridge.builder import set_ir_version
 
+    check({"model": model, "opset": opset}, required=("model", "opset"))
     model = _load(model)
     if default_opset(model) == opset:
         return model

@@ -1,0 +1,148 @@
+"""The Python API's arguments, checked in one place before anything runs.
+
+``check`` refuses a wrong type or value with BadInputError naming the argument and what it got (never a TypeError
+from deep inside a run); ``check_paths`` refuses outputs that would overwrite each other, an input, or one of an
+input's files.
+"""
+from __future__ import annotations
+
+import numbers
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable
+
+from onnxbridge.errors import BadInputError
+from onnxbridge.specs import TensorSpec
+
+EXPORTERS = ("auto", "dynamo", "torchscript")
+PRECISIONS = ("fp32", "fp16", "int8")
+RENDERERS = ("junit", "markdown", "html")
+
+
+def _path(value: Any) -> str | None:
+    if not isinstance(value, (str, os.PathLike)):
+        return "must be a path (str or os.PathLike)"
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text or "\0" in text:
+        return "must be a non-empty path without NUL bytes"
+    return None
+
+
+def _integer(low: int | None = None, high: int | None = None) -> Callable[[Any], str | None]:
+    def rule(value: Any) -> str | None:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            return "must be an int"
+        if (low is not None and value < low) or (high is not None and value > high):
+            return f"must be {'>= ' + str(low) if high is None else f'in {low}..{high}'}"
+        return None
+    return rule
+
+
+def _choice(*choices: str) -> Callable[[Any], str | None]:
+    return lambda value: None if isinstance(value, str) and value in choices else f"must be one of {', '.join(choices)}"
+
+
+def _of(kind: type, what: str) -> Callable[[Any], str | None]:
+    def rule(value: Any) -> str | None:
+        ok = isinstance(value, bool) if kind is bool else isinstance(value, kind)
+        return None if ok else f"must be {what}"
+    return rule
+
+
+def _list_of(kinds: type | tuple, what: str) -> Callable[[Any], str | None]:
+    def rule(value: Any) -> str | None:
+        ok = isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, kinds) for v in value)
+        return None if ok else f"must be a list of {what}"
+    return rule
+
+
+def _inputs(value: Any) -> str | None:
+    if not isinstance(value, Mapping):
+        return "must be a path (.npz or a folder of .npy) or a name -> array mapping" if _path(value) else None
+    bad = [k for k, v in value.items() if not isinstance(k, str) or not hasattr(v, "__array__")]
+    return f"holds {bad[0]!r}: {type(value[bad[0]]).__name__}, not an array" if bad else None
+
+
+def _model(value: Any) -> str | None:
+    if type(value).__name__ != "ModelProto":
+        return "must be a path or an onnx.ModelProto" if _path(value) else None
+    return None if value.graph.node or value.graph.output else "is an empty ModelProto (no graph)"
+
+
+def _renderers(value: Any) -> str | None:
+    ok = isinstance(value, Mapping) and all(k in RENDERERS and not _path(p) for k, p in value.items())
+    return None if ok else f"must map {', '.join(RENDERERS)} to paths"
+
+
+RULES: dict[str, Callable[[Any], str | None]] = {
+    "opset": _integer(), "samples": _integer(1, 1000), "latency_runs": _integer(0, 10000), "seed": _integer(0),
+    "workspace": _integer(1), "exporter": _choice(*EXPORTERS), "precision": _choice(*PRECISIONS),
+    "to": _of(str, "a str"), "from_": _of(str, "a str"), "target": _of(str, "a str"),
+    "validate": _of(bool, "True or False"), "trust": _of(bool, "True or False"),
+    "progress": _of(bool, "True or False"), "raise_on_failure": _of(bool, "True or False"),
+    "external_data": _of(bool, "True, False or None"),
+    "output": _path, "report": _path, "timing_cache": _path, "calibration": _path, "inputs": _inputs,
+    "input_shapes": _list_of((str, TensorSpec), "'NAME:D1,D2,...' str or TensorSpec"),
+    "input_names": _list_of(str, "str"), "output_names": _list_of(str, "str"), "converted": _model, "model": _model,
+    "renderers": _renderers,
+}
+
+
+def check(given: Mapping[str, Any], required: Sequence[str] = ()) -> None:
+    """Refuse the first argument of ``given`` (a call's arguments by name, e.g. ``locals()``) whose type or value is
+    wrong; None passes except for the names in ``required``, and a name without a rule passes."""
+    for name, value in given.items():
+        rule = RULES.get(name)
+        problem = "must be given" if value is None and name in required else \
+            rule(value) if rule is not None and value is not None else None
+        if problem:
+            text, kind = repr(value), type(value).__name__
+            shown = f"{text} ({kind})" if 0 < len(text) <= 60 and "\n" not in text else f"<{kind}>"
+            raise BadInputError(f"argument {name.rstrip('_')}={shown} {problem}")
+
+
+def check_paths(reads: Mapping[str, Any], writes: Mapping[str, Any]) -> None:
+    """Refuse, before anything runs, two of ``writes`` naming one file, or one naming an input of ``reads`` or one of
+    its files: anything inside an input folder, an ONNX model's external data. Keys say what each path is (a flag or
+    "the source model"); values that are not paths (a live model, None) are skipped."""
+    outputs = {label: Path(p) for label, p in writes.items() if isinstance(p, (str, os.PathLike))}
+    seen: dict[str, str] = {}
+    for label, path in outputs.items():
+        real = os.path.realpath(path)
+        if real in seen:
+            raise BadInputError(f"{seen[real]} and {label} both name '{path}'; give each its own path")
+        seen[real] = label
+    for what, src in reads.items():
+        if isinstance(src, (str, os.PathLike)) and os.path.exists(src):
+            data = _external_data(Path(src), outputs.values())
+            for label, path in outputs.items():
+                clash = _clash(Path(src), what, path, data)
+                if clash:
+                    raise BadInputError(f"{label} '{path}' {clash}; choose another path")
+
+
+def _clash(src: Path, what: str, out: Path, data: dict[Path, str]) -> str | None:
+    """How writing ``out`` would harm the input ``src`` (called ``what``; ``data``: its external data), or None."""
+    real_src, real_out = Path(os.path.realpath(src)), Path(os.path.realpath(out))
+    if real_out == real_src:
+        return f"would overwrite {what} '{src}'"
+    if real_src in real_out.parents:
+        return f"lies inside {what} '{src}'"
+    if real_out in real_src.parents:
+        return f"would replace the folder holding {what} '{src}'"
+    if real_out in data:
+        return f"would overwrite '{data[real_out]}', the external data of {what} '{src}'"
+    return None
+
+
+def _external_data(src: Path, outputs) -> dict[Path, str]:
+    """An ONNX input's external data files (real path -> location), read only when an output lies in its folder
+    (where they must be)."""
+    folder = Path(os.path.realpath(src.parent))
+    if src.suffix.lower() != ".onnx" or not src.is_file() or \
+            not any(folder in Path(os.path.realpath(p)).parents for p in outputs):
+        return {}
+    from onnxbridge.fileio import external_files, load_onnx
+
+    return {Path(os.path.realpath(src.parent / loc)): loc for loc in external_files(load_onnx(src))}

@@ -1,0 +1,88 @@
+"""The Python API's arguments: a wrong type or value is the caller's input (BadInputError naming the argument and
+what it got), refused before anything runs or is written; never a bare TypeError/AttributeError."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+import onnxbridge
+from onnxbridge.errors import BadInputError
+from tests.conftest import assert_one_line_error
+from tests.test_output_paths import small_onnx
+
+
+@pytest.fixture
+def model(tmp_path):
+    return small_onnx(tmp_path / "t.onnx")
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"opset": "17"}, "argument opset='17' (str) must be an int"),
+    ({"opset": 17.5}, "argument opset=17.5 (float) must be an int"),
+    ({"opset": True}, "argument opset=True (bool) must be an int"),
+    ({"samples": "x"}, "argument samples='x' (str) must be an int"),
+    ({"samples": 0}, "argument samples=0 (int) must be in 1..1000"),
+    ({"samples": 10**9}, "must be in 1..1000"),
+    ({"seed": "x"}, "argument seed='x' (str) must be an int"),
+    ({"seed": -1}, "argument seed=-1 (int) must be >= 0"),
+    ({"latency_runs": -1}, "argument latency_runs=-1 (int) must be in 0..10000"),
+    ({"latency_runs": 1.5}, "argument latency_runs=1.5 (float) must be an int"),
+    ({"output": 123}, "argument output=123 (int) must be a path"),
+    ({"output": "a\0.onnx"}, "must be a non-empty path without NUL bytes"),
+    ({"output": ""}, "argument output='' (str) must be a non-empty path"),
+    ({"report": 5}, "argument report=5 (int) must be a path"),
+    ({"inputs": {"x": "str"}}, "argument inputs={'x': 'str'} (dict) holds 'x': str, not an array"),
+    ({"inputs": {"x": None}}, "holds 'x': NoneType, not an array"),
+    ({"inputs": 5}, "argument inputs=5 (int) must be a path (.npz or a folder of .npy) or a name -> array mapping"),
+    ({"exporter": "bogus"}, "argument exporter='bogus' (str) must be one of auto, dynamo, torchscript"),
+    ({"precision": "bogus"}, "argument precision='bogus' (str) must be one of fp32, fp16, int8"),
+    ({"to": 5}, "argument to=5 (int) must be a str"),
+    ({"to": "bogus"}, "unknown backend 'bogus'"),
+    ({"input_shapes": 5}, "argument input_shapes=5 (int) must be a list"),
+    ({"input_names": "x"}, "argument input_names='x' (str) must be a list of str"),
+    ({"validate": "no"}, "argument validate='no' (str) must be True or False"),
+    ({"external_data": 1}, "argument external_data=1 (int) must be True, False or None"),
+    ({"renderers": {"pdf": "r.pdf"}}, "must map junit, markdown, html to paths"),
+    ({"workspace": "64"}, "argument workspace='64' (str) must be an int"),
+])
+def test_convert_refuses_bad_arguments(model, tmp_path, kwargs, needle):
+    kwargs = {"output": tmp_path / "o.onnx", **kwargs}
+    with pytest.raises(BadInputError) as info:
+        onnxbridge.convert(model, **kwargs)
+    assert needle in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.onnx"]  # nothing ran, nothing was written
+
+
+@pytest.mark.parametrize("call, needle", [
+    (lambda m: onnxbridge.adapt(None, 13), "argument model=None (NoneType) must be given"),
+    (lambda m: onnxbridge.adapt(123, 13), "argument model=123 (int) must be a path or an onnx.ModelProto"),
+    (lambda m: onnxbridge.adapt(onnx.ModelProto(), 13), "argument model=<ModelProto> is an empty ModelProto"),
+    (lambda m: onnxbridge.adapt(m, "13"), "argument opset='13' (str) must be an int"),
+    (lambda m: onnxbridge.adapt(m, None), "argument opset=None (NoneType) must be given"),
+    (lambda m: onnxbridge.validate(m, 123), "argument converted=123 (int) must be a path or an onnx.ModelProto"),
+    (lambda m: onnxbridge.validate(m, None), "argument converted=None (NoneType) must be given"),
+    (lambda m: onnxbridge.validate(m, onnx.ModelProto()), "argument converted=<ModelProto> is an empty"),
+    (lambda m: onnxbridge.validate(m, m, samples=0), "argument samples=0 (int) must be in 1..1000"),
+    (lambda m: onnxbridge.validate(m, m, report=5), "argument report=5 (int) must be a path"),
+    (lambda m: onnxbridge.validate(m, m, {"x": [1.0] * 300}), "holds 'x': list, not an array"),
+])
+def test_adapt_and_validate_refuse_bad_arguments(model, call, needle):
+    with pytest.raises(BadInputError, match="^argument ") as info:
+        call(model)
+    assert needle in str(info.value)
+
+
+def test_good_arguments_still_work(model, tmp_path):
+    x = np.ones(300, np.float32)
+    result = onnxbridge.convert(model, output=tmp_path / "o.onnx", opset=None, inputs={"x": x}, samples=2,
+                                seed=np.int64(3), renderers={"junit": tmp_path / "r.xml"})
+    assert result.report["status"] == "passed" and (tmp_path / "r.xml").exists()
+    assert onnxbridge.validate(model, result.path, {"x": x})["status"] == "passed"
+    assert onnxbridge.adapt(str(model), 13).opset_import[0].version == 13
+
+
+def test_cli_refuses_a_negative_seed(cli, model, tmp_path):
+    result = cli("convert", model, "-o", tmp_path / "o.onnx", "--seed", "-1")
+    assert result.exit_code == 2 and "-1 is not in the range x>=0" in result.output
+    assert_one_line_error(cli("adapt", model, "--opset", "13"), 2, "adapt needs -o OUTPUT")
