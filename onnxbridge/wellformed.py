@@ -25,26 +25,50 @@ def check(model: "onnx.ModelProto", what: str) -> None:
     import onnx
 
     _check_tensors(model, what)
-    probe = onnx.ModelProto()  # onnx serializes the model for its checker anyway: one more copy costs little
-    probe.CopyFrom(model)
-    probe.ir_version = min(probe.ir_version, onnx.IR_VERSION)
-    for vi in [*probe.graph.input, *probe.graph.output]:  # unknown rank: legal for onnxruntime, not for the checker
-        if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
-            vi.type.tensor_type.shape.SetInParent()
-    # external weights are read and checked by fileio; the checker would look for them in the current directory
-    external = [t for t in probe.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
-    inputs = {i.name for i in probe.graph.input}
-    for t in (t for t in external if t.name not in inputs):
-        probe.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    kept = [t for t in probe.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
-    if external:
-        del probe.graph.initializer[:]
-        probe.graph.initializer.extend(kept)
+    probe = _probe(model)
     try:
         onnx.checker.check_model(probe)
     except (onnx.checker.ValidationError, ValueError, RuntimeError, TypeError) as exc:
         text = " ".join(str(exc).split())
         raise BadInputError(f"{what} is not a valid ONNX model: {text[:300]}") from None
+
+
+def _probe(model: "onnx.ModelProto") -> "onnx.ModelProto":
+    """What the checker reads: ``model`` without its weights' data (each initializer over 1,024 values, or held
+    outside, becomes a typed graph input: ``_check_tensors`` has checked its data; the checker would look for
+    external files in the current directory), at most at the installed onnx's IR, with unknown-rank graph inputs
+    and outputs given a shape field (legal for onnxruntime, required by the checker)."""
+    import math
+
+    import onnx
+
+    probe = onnx.ModelProto()
+    _copy_fields(probe, model, skip="graph")
+    _copy_fields(probe.graph, model.graph, skip="initializer")
+    probe.ir_version = min(probe.ir_version, onnx.IR_VERSION)
+    inputs = {i.name for i in probe.graph.input}
+    for t in model.graph.initializer:
+        if math.prod(t.dims) <= 1024 and t.data_location != onnx.TensorProto.EXTERNAL:
+            probe.graph.initializer.add().CopyFrom(t)
+        elif t.name not in inputs:
+            probe.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    for vi in [*probe.graph.input, *probe.graph.output]:
+        if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+            vi.type.tensor_type.shape.SetInParent()
+    return probe
+
+
+def _copy_fields(dest, src, skip: str) -> None:
+    """Copy every field set in ``src`` but ``skip``."""
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(dest, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dest, field.name).CopyFrom(value)
+        else:
+            setattr(dest, field.name, value)
 
 
 def _check_tensors(model: "onnx.ModelProto", what: str) -> None:
