@@ -252,19 +252,26 @@ def external_files(model: "onnx.ModelProto") -> list[str]:
     return files
 
 
+def element_bits(data_type: int) -> int:
+    """Bits per element of an ONNX data type as stored in ``raw_data`` (onnx 1.17 maps bfloat16 and the float8 types
+    to float32 numpy dtypes, so their size is spelled out here)."""
+    import onnx
+    from onnx import TensorProto as T
+
+    narrow = {T.INT4: 4, T.UINT4: 4, T.BFLOAT16: 16, T.FLOAT8E4M3FN: 8, T.FLOAT8E4M3FNUZ: 8, T.FLOAT8E5M2: 8,
+              T.FLOAT8E5M2FNUZ: 8, getattr(T, "FLOAT4E2M1", -1): 4}
+    return narrow.get(data_type) or onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize * 8
+
+
 def tensor_nbytes(t: "onnx.TensorProto") -> int:
     """Byte size of a tensor's data from its dims and dtype, without reading the data."""
     import math
 
-    import onnx
     from onnx import TensorProto
 
     if t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
         return 0
-    n = math.prod(t.dims)
-    np_dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
-    bits = {TensorProto.INT4: 4, TensorProto.UINT4: 4}.get(t.data_type, np_dtype.itemsize * 8)
-    return (n * bits + 7) // 8
+    return (math.prod(t.dims) * element_bits(t.data_type) + 7) // 8
 
 
 def _tensor_bytes(t: "onnx.TensorProto", base_dir: Path | None) -> bytes:

@@ -18,24 +18,25 @@ if TYPE_CHECKING:
 
 
 def check(model: "onnx.ModelProto", what: str) -> None:
-    """Refuse (BadInputError) a model onnx's checker rejects, or with a tensor whose data does not fit its shape.
+    """Refuse (BadInputError) a model with a ``problem`` or one onnx's checker rejects.
 
     ``what`` names the model in the message, e.g. "'model.onnx'". What onnxruntime accepts and the checker does not
     is let through: an IR newer than the installed onnx's, graph inputs and outputs of unknown rank."""
     import onnx
 
-    _check_tensors(model, what)
-    probe = _probe(model)
-    try:
-        onnx.checker.check_model(probe)
-    except (onnx.checker.ValidationError, ValueError, RuntimeError, TypeError) as exc:
-        text = " ".join(str(exc).split())
-        raise BadInputError(f"{what} is not a valid ONNX model: {text[:300]}") from None
+    found = problem(model)
+    if found is None:
+        try:
+            onnx.checker.check_model(_probe(model))
+        except (onnx.checker.ValidationError, ValueError, RuntimeError, TypeError) as exc:
+            found = " ".join(str(exc).split())[:300]
+    if found:
+        raise BadInputError(f"{what} is not a valid ONNX model: {found}")
 
 
 def _probe(model: "onnx.ModelProto") -> "onnx.ModelProto":
     """What the checker reads: ``model`` without its weights' data (each initializer over 1,024 values, or held
-    outside, becomes a typed graph input: ``_check_tensors`` has checked its data; the checker would look for
+    outside, becomes a typed graph input: ``problem`` has checked its data; the checker would look for
     external files in the current directory), at most at the installed onnx's IR, with unknown-rank graph inputs
     and outputs given a shape field (legal for onnxruntime, required by the checker)."""
     import math
@@ -71,36 +72,77 @@ def _copy_fields(dest, src, skip: str) -> None:
             setattr(dest, field.name, value)
 
 
-def _check_tensors(model: "onnx.ModelProto", what: str) -> None:
-    """Every inline tensor's data must be exactly what its dims and data type call for (types whose packing is
-    unusual, e.g. int4 or complex, are left to onnx)."""
+CONSTANT_VALUES = ("value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
+                   "value_strings", "sparse_value")
+
+
+def problem(model: "onnx.ModelProto") -> str | None:
+    """What makes ``model`` malformed that onnx's checker lets through (None: nothing): tensors that cannot be read
+    as arrays of their dims, graph inputs and outputs of undefined types or negative dims, a Constant without
+    exactly one value."""
+    from onnxbridge.fileio import iter_tensors
+
+    for t in iter_tensors(model):
+        found = tensor_problem(t)
+        if found:
+            return f"tensor '{t.name}' {found}"
+    for kind, values in (("input", model.graph.input), ("output", model.graph.output)):
+        for vi in values:
+            found = _value_problem(vi, untyped_ok=kind == "output")
+            if found:
+                return f"{kind} '{vi.name}' {found}"
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and (
+                len(node.attribute) != 1 or node.attribute[0].name not in CONSTANT_VALUES):
+            return f"Constant node '{node.name}' needs exactly one of {', '.join(CONSTANT_VALUES)}"
+    return None
+
+
+def _defined(elem_type: int) -> bool:
+    import onnx
+
+    return elem_type != onnx.TensorProto.UNDEFINED and elem_type in onnx.TensorProto.DataType.values()
+
+
+def tensor_problem(t: "onnx.TensorProto") -> str | None:
+    """Why a tensor cannot be read as an array of its dims (None: it can, or its data is external: ``fileio`` reads
+    and bounds that)."""
     import math
 
-    from onnx import TensorProto as T
+    import onnx
+    from onnx import TensorProto
 
-    from onnxbridge.fileio import iter_tensors, tensor_nbytes
-    from onnxbridge.inspection import dtype_name
+    from onnxbridge.fileio import tensor_nbytes
 
-    fields = {T.FLOAT: "float_data", T.DOUBLE: "double_data", T.INT64: "int64_data", T.UINT64: "uint64_data",
-              T.UINT32: "uint64_data", T.STRING: "string_data",
-              **dict.fromkeys((T.INT32, T.INT16, T.INT8, T.UINT16, T.UINT8, T.BOOL, T.FLOAT16, T.BFLOAT16),
-                              "int32_data")}
-    for t in iter_tensors(model):
-        if t.data_location == T.EXTERNAL:
-            continue
-        if any(d < 0 for d in t.dims):
-            raise BadInputError(f"{what}: tensor '{t.name}' has a negative dimension {list(t.dims)}")
-        if dtype_name(t.data_type).startswith("unknown"):
-            raise BadInputError(f"{what}: tensor '{t.name}' has data type {t.data_type}, which ONNX does not define")
-        if t.data_type not in fields:
-            continue
-        if t.HasField("raw_data") and t.data_type != T.STRING:
-            need, held, unit = tensor_nbytes(t), len(t.raw_data), "bytes of data"
-        else:
-            need, held, unit = math.prod(t.dims), len(getattr(t, fields[t.data_type])), "values"
-        if held != need:
-            raise BadInputError(f"{what}: tensor '{t.name}' holds {held:,} {unit} where its shape {list(t.dims)} "
-                                f"and type {dtype_name(t.data_type)} need {need:,}")
+    if not _defined(t.data_type):
+        return f"has data type {t.data_type}, which ONNX does not define"
+    if any(d < 0 for d in t.dims):
+        return f"has negative dims {list(t.dims)}"
+    if t.data_location == TensorProto.EXTERNAL:
+        return None
+    count = math.prod(t.dims)
+    if t.data_type == TensorProto.STRING:
+        have, need, unit = len(t.string_data), count, "strings"
+    elif t.HasField("raw_data"):
+        have, need, unit = len(t.raw_data), tensor_nbytes(t), "bytes"
+    else:
+        have = len(getattr(t, onnx.helper.tensor_dtype_to_field(t.data_type)))
+        need = count * 2 if t.data_type in (TensorProto.COMPLEX64, TensorProto.COMPLEX128) else \
+            (count + 1) // 2 if t.data_type in (TensorProto.INT4, TensorProto.UINT4) else count
+        unit = "values"
+    return None if have == need else f"holds {have:,} {unit} where its dims {list(t.dims)} need {need:,}"
+
+
+def _value_problem(vi: "onnx.ValueInfoProto", untyped_ok: bool) -> str | None:
+    """Why a graph input or output's tensor type is malformed (None: it is not, or it is no tensor);
+    ``untyped_ok``: an UNDEFINED element type is allowed (outputs: their type is what the graph computes)."""
+    if not vi.type.HasField("tensor_type"):
+        return None
+    tensor = vi.type.tensor_type
+    if not (_defined(tensor.elem_type) or untyped_ok and tensor.elem_type == 0):
+        return f"has element type {tensor.elem_type}, which ONNX does not define"
+    dims = [d.dim_value for d in tensor.shape.dim if d.HasField("dim_value")]
+    return f"has negative dims {dims}" if any(d < 0 for d in dims) else None
 
 
 def vet(model: "str | Path | onnx.ModelProto", what: str) -> None:

@@ -391,7 +391,7 @@ def commands(path: Path, out: Path) -> list[list[str]]:
             ["convert", str(path), "-o", str(out / "converted.onnx"), "--report", str(out / "report.json")]]
 
 
-def _run_cli(args: list[str], capture: Path) -> int:
+def run_cli(args: list[str], capture: Path) -> int:
     """One CLI command in this process, its stdout and stderr (file descriptors, native output too) in ``capture``."""
     from onnxbridge.cli.main import cli
 
@@ -430,7 +430,7 @@ def main(results: str, workdir: str, files: list[str]) -> None:
                     log.flush()
                     t = time.perf_counter()
                     capture = Path(out) / "captured.txt"
-                    code = _run_cli(args, capture)
+                    code = run_cli(args, capture)
                     text = capture.read_text(errors="replace")
                     log.write(json.dumps({"file": path.name, "command": " ".join(a if a != str(path) else "FILE"
                                                                                   for a in args[:2]),

@@ -24,6 +24,10 @@ OPS: dict[str, Callable] = {}
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
 INT32 = np.iinfo(np.int32)
 FP16_MAX = 65504.0
+# bounds on what a lowering builds from a model's sizes, so a crafted size cannot make it run or allocate for ever
+MAX_UNROLL = 4096  # steps of a recurrent op unrolled into MIL ops
+MAX_TAPS = 1024  # kernel taps of a max pool built from one slice per tap
+MAX_TABLE = 1 << 24  # entries of a resize's interpolation matrix or index list
 
 
 def op(*names: str):
@@ -312,6 +316,9 @@ def _max_pool_by_taps(ctx: Ctx, kernel: list[int]):
     -inf, one strided slice per kernel tap, and their elementwise maximum. Output sizes as onnxruntime's
     (ceil_mode: a last window must start inside the input or its begin padding)."""
     x, spatial = ctx.get(0), len(kernel)
+    if int(np.prod(kernel)) > MAX_TAPS:
+        ctx.refuse(f"max pooling by taps (dilations or ceil_mode with asymmetric pads) with kernel {kernel} takes "
+                   f"over {MAX_TAPS} slices")
     dims = list(x.shape[-spatial:])
     if not _static(dims):
         ctx.refuse(f"max pooling by taps (dilations or ceil_mode with asymmetric pads) over the flexible dims of "
@@ -474,6 +481,9 @@ def resize(ctx: Ctx):
     for a in resized:
         n = int(x.shape[a])
         scale, out = (int(full[a]) / n, int(full[a])) if by_size else (full[a], _scaled_size(n, full[a]))
+        if out * (1 if mode == "nearest" else n) > MAX_TABLE:
+            ctx.refuse(f"resizing axis {a} from {n} to {out} ({mode} mode) needs a table of over {MAX_TABLE:,} "
+                       "entries")
         src = _source_coords(ctx, coords, n, out, scale)
         if mode == "nearest":
             if coords == "half_pixel_symmetric":  # its sources fall on rounding boundaries, where fp error decides
@@ -911,6 +921,7 @@ def _rnn_input(ctx: Ctx):
         return x, None
     if not isinstance(steps, (int, np.integer)):
         ctx.refuse("sequence_lens with a flexible sequence length are not lowered")
+    _check_unroll(ctx, int(steps))
     if isinstance(lens, np.ndarray):
         return x, [narrow(t < lens).reshape(-1, 1) for t in range(int(steps))]
     lens = ctx.mb.expand_dims(x=lens if np_dtype(lens) == np.int32 else ctx.mb.cast(x=lens, dtype="int32"), axes=[1])
@@ -941,6 +952,11 @@ def _step(ctx: Ctx, seq, t: int):
     return ctx.mb.squeeze(x=ctx.mb.slice_by_index(x=seq, begin=np.array([t, 0, 0], np.int32),
                                                   end=np.array([t + 1, 0, 0], np.int32),
                                                   end_mask=[False, True, True]), axes=[0])
+
+
+def _check_unroll(ctx: Ctx, steps: int) -> None:
+    if steps > MAX_UNROLL:
+        ctx.refuse(f"a sequence of {steps} steps is too long to unroll (at most {MAX_UNROLL})")
 
 
 def _masked(ctx: Ctx, mask, new, old):
@@ -989,6 +1005,7 @@ def _lstm_direction(ctx: Ctx, x, w, r, b, p, h, c, acts: list, masks, backward: 
     """One direction unrolled (ONNX gates [i, o, f, c], peepholes [i, o, f]): outputs [s, b, H] in time order
     (zeros past a row's sequence length) and the final h and c [b, H]."""
     mb, hidden, steps = ctx.mb, w.shape[0] // 4, int(x.shape[0])
+    _check_unroll(ctx, steps)
     f, g, act_h = acts
     xw = mb.linear(x=x, weight=w, bias=b[:4 * hidden] + b[4 * hidden:])
     pi, po, pf = np.split(p, 3)
@@ -1228,6 +1245,7 @@ def _gru_direction(ctx: Ctx, x, w, r, b, h, steps: int, backward: bool, acts: li
     """One direction: outputs [s, b, H] in time order (zeros past a row's sequence length) and the final
     state [b, H]."""
     mb, hidden = ctx.mb, w.shape[0] // 3
+    _check_unroll(ctx, steps)
     f, g = acts
     wb, rb = b[:3 * hidden], b[3 * hidden:]
     # input products for every step at once; the z and r recurrent biases fold into them

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import shutil
 import tempfile
@@ -13,6 +14,7 @@ import numpy as np
 
 from onnxbridge.backends.coreml.ctimport import import_ct
 from onnxbridge.backends.coreml.lower import FP16_MAX, INT32, OPS, TARGETS, Ctx, _mil_name
+from onnxbridge.backends.coreml.onnx_file import read_onnx
 from onnxbridge.errors import BadInputError, UnsupportedError
 
 if TYPE_CHECKING:
@@ -24,8 +26,12 @@ FOLDED_ONLY = ("Constant", "Shape", "Size", "NonZero")
 
 def blockers(model: "onnx.ModelProto") -> list[str]:
     """Every node the lowering table has no entry for (empty: all can be tried)."""
-    return [f"node '{n.name}' ({n.op_type}): no Core ML lowering" for n in model.graph.node
-            if n.op_type not in OPS and n.op_type not in FOLDED_ONLY]
+    return [f"node '{n.name}' ({n.op_type}): no Core ML lowering" for n in model.graph.node if not _lowerable(n)]
+
+
+def _lowerable(node: "onnx.NodeProto") -> bool:
+    """Whether the lowering table (or folding) has an entry for ``node``: ONNX's own ops only."""
+    return node.domain in ("", "ai.onnx") and (node.op_type in OPS or node.op_type in FOLDED_ONLY)
 
 
 def fold(node: "onnx.NodeProto", values: dict, opset: int, sources: dict | None = None) -> list[np.ndarray] | None:
@@ -36,11 +42,10 @@ def fold(node: "onnx.NodeProto", values: dict, opset: int, sources: dict | None 
     (``sources`` learns which var and axis each symbol can be read from at run time); shape arithmetic on such
     arrays is folded symbolically (``_fold_symbolic``)."""
     import onnx
-    from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
 
     if node.op_type == "Constant":
-        return [numpy_helper.to_array(node.attribute[0].t)]
+        return [constant_value(node)]
     inputs = [values.get(name) for name in node.input if name]
     if node.op_type == "Shape" and inputs and not isinstance(inputs[0], np.ndarray):
         shape = list(inputs[0].shape)
@@ -61,15 +66,68 @@ def fold(node: "onnx.NodeProto", values: dict, opset: int, sources: dict | None 
     if not inputs or not all(isinstance(v, np.ndarray) for v in inputs) or any(
             a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
         return None
-    names = [n for n in node.input if n]
-    graph = onnx.helper.make_graph([node], "fold", [onnx.helper.make_tensor_value_info(
-        n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for n, v in zip(names, inputs)],
-        [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    feeds = dict(zip([n for n in node.input if n], inputs))
     try:
-        return list(ReferenceEvaluator(model).run(None, dict(zip(names, inputs))))
-    except Exception:  # leave it to the lowering, which says why it cannot
+        size = _folded_size(node, feeds, opset)
+        if size > FOLD_LIMIT:
+            raise UnsupportedError(f"node '{node.name}' ({node.op_type}): it would fold to a constant of {size:,} "
+                                   f"elements, over the {FOLD_LIMIT:,} onnxbridge folds")
+        return list(ReferenceEvaluator(_node_model(node, feeds, opset, set())).run(None, feeds))
+    except UnsupportedError:
+        raise
+    except Exception:  # e.g. string constants, or inputs the op refuses: the lowering says why it cannot
         return None
+
+
+# folding stops at outputs this large (2**27 elements: 512 MB of fp32); a model that needs more is refused
+FOLD_LIMIT = 1 << 27
+SHAPE_LIKE = 4096  # constant inputs up to this size are shown to shape inference (shapes, repeats, pads, scales)
+
+
+def _node_model(node: "onnx.NodeProto", inputs: dict, opset: int, known: set) -> "onnx.ModelProto":
+    """A model of ``node`` alone: ``inputs`` (name -> array) are graph inputs, those named in ``known``
+    initializers."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.helper.make_graph(
+        [node], "fold", [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                         for n, v in inputs.items() if n not in known],
+        [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output if o],
+        [numpy_helper.from_array(v, n) for n, v in inputs.items() if n in known])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+
+
+def _folded_size(node: "onnx.NodeProto", inputs: dict, opset: int) -> int:
+    """How many elements folding ``node`` would make, as far as ONNX shape inference tells from its small
+    constant inputs (before any is made)."""
+    import onnx
+
+    model = _node_model(node, inputs, opset, {n for n, v in inputs.items() if v.size <= SHAPE_LIKE})
+    total = 0
+    for out in onnx.shape_inference.infer_shapes(model, data_prop=True).graph.output:
+        dims = out.type.tensor_type.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            total += math.prod(d.dim_value for d in dims)
+    return total
+
+
+# a Constant node's value attributes other than ``value`` (a tensor), and the numpy dtype each holds
+CONSTANT_ATTRIBUTES = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+                       "value_ints": np.int64, "value_string": object, "value_strings": object}
+
+
+def constant_value(node: "onnx.NodeProto") -> np.ndarray:
+    """A Constant node's value, from whichever value attribute it has (``onnx_file.read_onnx`` made sure of one)."""
+    import onnx
+    from onnx import numpy_helper
+
+    attr = node.attribute[0]
+    if attr.name == "value":
+        return numpy_helper.to_array(attr.t)
+    if attr.name not in CONSTANT_ATTRIBUTES:
+        raise UnsupportedError(f"node '{node.name}' (Constant): a {attr.name} is not lowered")
+    return np.array(onnx.helper.get_attribute_value(attr), dtype=CONSTANT_ATTRIBUTES[attr.name])
 
 
 def _as_shape_value(v: np.ndarray) -> np.ndarray:
@@ -164,10 +222,24 @@ def _input_dims(vi, dynamic: dict, samples: dict, fixed: dict) -> list:
     return dims
 
 
+def _input_problem(kind: str, dims: list) -> str | None:
+    """Why Core ML cannot take an input of ONNX type ``kind`` with ``dims`` (``_input_dims``), None if it can."""
+    if kind not in INPUT_DTYPES:
+        return f"is {kind}; Core ML inputs are float or integer tensors"
+    if len(dims) > MAX_RANK:
+        return f"has rank {len(dims)}; Core ML allows rank <= {MAX_RANK}"
+    big = [d for d in dims if isinstance(d, int) and d > INT32.max]
+    if big:
+        return f"has dim {big[0]}; Core ML sizes are int32"
+    count = math.prod(d for d in dims if isinstance(d, int))
+    return f"has {count:,} elements; Core ML arrays hold at most {INT32.max:,}" if count > INT32.max else None
+
+
 def _input_specs(model: "onnx.ModelProto", inits: dict, ranges: dict, samples: dict, fixed: dict, notes: list,
                  refuse) -> tuple[dict, list, dict, set]:
     """MIL ``TensorSpec`` by name, coremltools ``TensorType``s (their ``RangeDim``s reach the spec), the cast
-    each input needs inside the program (by ONNX name), and the inputs refused (dtype or rank)."""
+    each input needs inside the program (by ONNX name), and the inputs refused (dtype, rank, size, or a MIL name
+    another input has)."""
     import onnx
 
     ct = import_ct()
@@ -178,11 +250,13 @@ def _input_specs(model: "onnx.ModelProto", inits: dict, ranges: dict, samples: d
     for vi in model.graph.input:
         if vi.name in inits:
             continue
-        kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type)
+        kind = onnx.TensorProto.DataType.Name(vi.type.tensor_type.elem_type) if vi.type.HasField("tensor_type") \
+            else f"a {vi.type.WhichOneof('value') or 'value of no type'}"
         dims = _input_dims(vi, ranges, samples, fixed)
-        if kind not in INPUT_DTYPES or len(dims) > MAX_RANK:
-            refuse(f"input '{vi.name}' is {kind}; Core ML inputs are float or integer" if kind not in INPUT_DTYPES
-                   else f"input '{vi.name}' has rank {len(dims)}; Core ML allows rank <= {MAX_RANK}")
+        problem = _input_problem(kind, dims) or (f"becomes '{_mil_name(vi.name)}' in Core ML, as an earlier input "
+                                                 "does" if _mil_name(vi.name) in specs else None)
+        if problem:
+            refuse(f"input '{vi.name}' {problem}")
             bad.add(vi.name)
             continue
         mil_dtype, casts[vi.name] = INPUT_DTYPES[kind]
@@ -257,12 +331,15 @@ def program(model: "onnx.ModelProto", target: str, dynamic=(), sample_shapes=Non
     ranges = {(d.name, d.axis): (d.min, d.max) for d in dynamic}
     specs, types_, casts, bad = _input_specs(model, inits, ranges, sample_shapes or {}, input_shapes or {},
                                              notes, refuse)
-    blocked = {i for i, n in enumerate(g.node) if n.op_type not in OPS and n.op_type not in FOLDED_ONLY}
+    blocked = {i for i, n in enumerate(g.node) if not _lowerable(n)}
+    for sparse in g.sparse_initializer:
+        refuse(f"sparse initializer '{sparse.values.name}' is not lowered")
     with Function(specs, opset_version=getattr(ct.target, target)) as func:
         func.set_input_types(tuple(types_))
         ctx = Ctx(mb, default_opset(model), target)
         ctx.fp16 = fp16
         ctx.values.update({k: clamp_fp16(v) for k, v in inits.items()} if fp16 else inits)
+        ctx.values.update({sparse.values.name: _POISON for sparse in g.sparse_initializer})
         for vi in g.input:
             if vi.name in bad:
                 ctx.values[vi.name] = _POISON
@@ -285,8 +362,10 @@ def program(model: "onnx.ModelProto", target: str, dynamic=(), sample_shapes=Non
                 ctx.values.update({name: _POISON for name in node.output})
         outputs = []
         for vi in g.output:
-            value = ctx.values[vi.name]
+            value = ctx.values.get(vi.name, _POISON)
             if value is _POISON:
+                if vi.name not in ctx.values:
+                    refuse(f"output '{vi.name}' is not computed by the lowering of the node that makes it")
                 continue
             if isinstance(value, np.ndarray):
                 refuse(f"output '{vi.name}' is a constant; Core ML programs need computed outputs")
@@ -449,14 +528,12 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
     ``DynamicAxis`` list (ranges for flexible dims); ``sample_shapes``: their default sizes. ``precision``: see
     ``APPLIED``; the facts say what the saved program holds (``compute_precision``, ``applied_precision``), not
     what was asked."""
-    import onnx
-
     ct = import_ct()
     if target not in TARGETS:
         raise BadInputError(f"unknown Core ML target '{target}'; known: {', '.join(TARGETS)}")
     check_precision(precision, target)
     compute_name, _ = APPLIED[precision]
-    model = onnx.load(str(onnx_path))
+    model = read_onnx(Path(onnx_path))
     notes: list[str] = []
     prog = program(model, target, dynamic, sample_shapes, notes, input_shapes, fp16=compute_name == "fp16")
     compute = ct.precision.FLOAT16 if compute_name == "fp16" else ct.precision.FLOAT32
@@ -516,13 +593,11 @@ class Runner:
     """Evaluates the saved package's MIL program with the numpy kernels in ``evaluate``."""
 
     def __init__(self, path: Path):
-        ct = import_ct()
-        from coremltools.converters.mil.frontend.milproto.load import load
+        from onnxbridge.backends.coreml.mlpackage import read
 
-        mlmodel = ct.models.MLModel(str(path), skip_model_load=True)
-        spec = mlmodel.get_spec()
-        prog = load(spec, specification_version=spec.specificationVersion, file_weights_dir=mlmodel.weights_dir)
-        self.function = prog.functions["main"]
+        package = read(Path(path))
+        spec = package.spec
+        self.function = package.function
         self.spec_version = spec.specificationVersion
         self.description = spec.description
         self.inputs = [d.name for d in spec.description.input]

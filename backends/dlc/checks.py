@@ -4,7 +4,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from onnxbridge.backends.dlc.prepare import op_blockers, opset_blockers, shape_blockers
+from onnxbridge.backends.dlc.prepare import dtype_blockers, op_blockers, opset_blockers, shape_blockers
 from onnxbridge.errors import OnnxBridgeError, UnavailableError
 
 
@@ -15,7 +15,8 @@ def blockers(onnx_path: Path, input_shapes: dict) -> list[str]:
 
     model = load_onnx(onnx_path)
     shapes = {k: list(v) for k, v in input_shapes.items()}
-    found = shape_blockers(model, shapes) + opset_blockers(model) + op_blockers(model, folded=False)
+    found = dtype_blockers(model) + shape_blockers(model, shapes) + opset_blockers(model) + \
+        op_blockers(model, folded=False)
     if found:
         return found
     from onnxbridge.backends.dlc.convert import dump_one_graph

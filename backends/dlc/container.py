@@ -6,11 +6,16 @@ The layout (see docs and the notes it was verified against): a ZIP of stored ent
 start with an 8-byte header ``D5 0A <u16 major> <u16 minor> 00 00`` and hold FlatBuffers ``NETD`` and ``NETP``;
 ``model.params.bin`` holds the weights those reference by offset and size. Slots below are the field order of
 Netron's ``dlc.fbs`` (v4), corrected where Qualcomm's reader disagrees.
+
+A crafted file costs time and memory in proportion to its size: the FlatBuffers are read within a budget of their
+size (``flatbuf``), only the entries the reader uses are read, each exactly at the size the archive declares, and
+a deflated entry may not inflate to more than ``MAX_RATIO`` times its stored bytes (ZIP bombs).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import zipfile
 import zlib
@@ -23,6 +28,13 @@ from onnxbridge.errors import BadInputError
 
 MAGIC = b"\xd5\x0a"
 TOPOLOGY, PARAMS, WEIGHTS = "model", "model.params", "model.params.bin"
+METADATA, HISTORY = "dlc.metadata2", "dlc.metadata.history"  # JSON entries, named with a version suffix
+MAX_ENTRIES = 1000  # a DLC holds a handful
+CHUNK = 1 << 20  # entries are read and inflated this many bytes at a time
+# a deflated entry inflates to at most MAX_RATIO times its stored bytes once past RATIO_FLOOR bytes (FlatBuffers
+# and JSON deflate 2-5x; ZIP bombs 1000x)
+MAX_RATIO, RATIO_FLOOR = 16, 1 << 20
+SHOWN = 12  # problem or difference lines listed; the rest are counted
 # Qnn_DataType_t codes
 DTYPES = {0x08: "int8", 0x16: "int16", 0x32: "int32", 0x64: "int64", 0x108: "uint8", 0x116: "uint16",
           0x132: "uint32", 0x164: "uint64", 0x216: "float16", 0x232: "float32", 0x308: "sfixed8",
@@ -89,54 +101,141 @@ class Dlc:
     weights_bytes: int
     metadata: dict = field(default_factory=dict)
     history: dict = field(default_factory=dict)
+    # the newest ``converterCommand`` of the metadata history (tool, converterVersion, args)
+    converter: dict = field(default_factory=dict)
     # where each entry's data lies in the file: (offset, stored bytes, ZIP compression method)
     spans: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     digests: dict[str, str] = field(default_factory=dict)  # SHA-256 of the model and model.params entries
 
-    @property
-    def converter(self) -> dict:
-        """The newest ``converterCommand`` of the metadata history (tool, converterVersion, args)."""
-        info = self.history.get("dlcGenerationInfo") or [{}]
-        return info[-1].get("converterCommand", {}) if isinstance(info[-1], dict) else {}
+
+class Lines(list):
+    """Report lines: the first ``SHOWN``, and a count of the rest (``more``)."""
+
+    more = 0
+
+    def add(self, line: str) -> None:
+        if len(self) < SHOWN:
+            self.append(line)
+        else:
+            self.more += 1
+
+    def listed(self) -> list[str]:
+        return [*self, *([f"... and {self.more} more"] if self.more else [])]
+
+
+def clip(text: str, width: int = 80) -> str:
+    """``text`` cut to ``width`` characters (a crafted file's names can be megabytes long)."""
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def names(items, limit: int = 5) -> str:
+    """The first ``limit`` names, quoted and clipped, and how many more."""
+    items = list(items)
+    shown = ", ".join(f"'{clip(n)}'" for n in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _wanted(name: str, read: dict) -> bool:
+    """Is ``name`` an entry the reader reads (``read``: those read so far)? The two FlatBuffers, and the first
+    entry of each metadata JSON."""
+    if name in (TOPOLOGY, PARAMS):
+        return True
+    prefix = next((p for p in (METADATA, HISTORY) if _named(name, p)), None)
+    return prefix is not None and not any(_named(n, prefix) for n in read)
+
+
+def _named(name: str, prefix: str) -> bool:
+    return name.startswith(prefix) and (name == prefix or name[len(prefix)] == ".")
+
+
+def _archive(path: Path) -> zipfile.ZipFile:
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, struct.error, NotImplementedError,
+            OverflowError) as exc:
+        raise BadInputError(f"'{path}' is not a DLC: not a ZIP container ({exc})") from None
+    if len(archive.infolist()) > MAX_ENTRIES:
+        archive.close()
+        raise BadInputError(f"'{path}' is not a DLC: the ZIP holds {len(archive.infolist())} entries (a DLC holds "
+                            "a handful)")
+    return archive
+
+
+def _span(f, where: str, info: zipfile.ZipInfo, file_size: int) -> tuple[int, int, int]:
+    """Where an entry's data lies, from its local header: (offset, stored bytes, compression method); and the
+    size it declares checked against them (a deflated entry past ``MAX_RATIO`` is a ZIP bomb)."""
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise BadInputError(f"{where} uses compression {info.compress_type}")
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        raise BadInputError(f"{where} is stored in {info.compress_size} bytes but declares {info.file_size}")
+    if info.file_size > max(MAX_RATIO * info.compress_size, RATIO_FLOOR):
+        raise BadInputError(f"{where} declares {info.file_size} bytes deflated into {info.compress_size}, more "
+                            f"than {MAX_RATIO}x: a ZIP bomb or a corrupt DLC")
+    local = b""
+    if 0 <= info.header_offset <= file_size:
+        f.seek(info.header_offset)
+        local = f.read(30)
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        raise BadInputError(f"{where} has no local header at {info.header_offset}")
+    name_len, extra_len = struct.unpack_from("<HH", local, 26)
+    return info.header_offset + 30 + name_len + extra_len, info.compress_size, info.compress_type
 
 
 def _entries(path: Path) -> tuple[dict[str, dict], dict[str, bytes], dict[str, tuple[int, int, int]]]:
-    """Entry facts, the bytes of every entry but the weights, and where each entry's data lies, read from the
-    local headers (the CRC fields of a DLC are 0, so no CRC check)."""
-    try:
-        archive = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise BadInputError(f"'{path}' is not a DLC: not a ZIP container ({exc})") from None
+    """Entry facts, the bytes of the entries the reader uses (``_wanted``), and where each entry's data lies,
+    read from the local headers (the CRC fields of a DLC are 0, so no CRC check)."""
     facts, data, spans = {}, {}, {}
-    with archive, path.open("rb") as f:
+    with _archive(path) as archive, path.open("rb") as f:
+        file_size = os.fstat(f.fileno()).st_size
         for info in archive.infolist():
-            f.seek(info.header_offset)
-            local = f.read(30)
-            if local[:4] != b"PK\x03\x04":
-                raise BadInputError(f"'{path}': entry {info.filename!r} has no local header at {info.header_offset}")
-            name_len, extra_len = struct.unpack_from("<HH", local, 26)
-            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise BadInputError(f"'{path}': entry {info.filename!r} uses compression {info.compress_type}")
+            where = f"'{path}': entry {info.filename!r}"
+            spans[info.filename] = _span(f, where, info, file_size)
             facts[info.filename] = {"bytes": info.file_size, "method": "stored" if info.compress_type == 0 else
                                     "deflated", "crc": f"{info.CRC:08x}"}
-            spans[info.filename] = (info.header_offset + 30 + name_len + extra_len, info.compress_size,
-                                    info.compress_type)
-            if info.filename == WEIGHTS:
-                continue  # read on demand (``weight_blob``): the reader needs only its size
-            f.seek(spans[info.filename][0])
-            body = f.read(info.compress_size)
-            if info.compress_type == zipfile.ZIP_DEFLATED:  # no more than the size the archive declares
-                try:
-                    body = zlib.decompressobj(-15).decompress(body, info.file_size)
-                except zlib.error as exc:
-                    raise BadInputError(f"'{path}': entry {info.filename!r} cannot be inflated ({exc})") from None
-            data[info.filename] = body
+            if _wanted(info.filename, data):
+                data[info.filename] = b"".join(_chunks(f, where, spans[info.filename], info.file_size))
     return facts, data, spans
 
 
-def _header(name: str, body: bytes) -> tuple[tuple[int, int], bytes]:
+def _chunks(f, where: str, span: tuple[int, int, int], size: int) -> Iterator[bytes]:
+    """An entry's bytes in chunks of at most ``CHUNK``: exactly the ``size`` the archive declares, stored or
+    inflated from ``span``; BadInputError naming ``where`` when there are fewer or more, or when they are not a
+    deflate stream."""
+    offset, stored, method = span
+    inflate = zlib.decompressobj(-15) if method == zipfile.ZIP_DEFLATED else None
+    left = size
+    f.seek(offset)
+    while stored > 0:
+        raw = f.read(min(CHUNK, stored))
+        if not raw:
+            raise BadInputError(f"{where} runs past the end of the file")
+        stored -= len(raw)
+        for chunk in _inflate(inflate, raw, where) if inflate is not None else (raw,):
+            if len(chunk) > left:
+                raise BadInputError(f"{where} inflates past the {size} bytes it declares")
+            left -= len(chunk)
+            yield chunk
+    if left:
+        raise BadInputError(f"{where} holds fewer bytes than the {size} it declares")
+
+
+def _inflate(inflate, raw: bytes, where: str) -> Iterator[bytes]:
+    """What ``raw`` inflates to, in chunks of at most ``CHUNK`` (a deflate stream can grow 1000x)."""
+    while True:
+        try:
+            chunk = inflate.decompress(raw, CHUNK)
+        except zlib.error as exc:
+            raise BadInputError(f"{where} cannot be inflated ({exc})") from None
+        raw = inflate.unconsumed_tail
+        if chunk:
+            yield chunk
+        if not raw and len(chunk) < CHUNK:
+            return
+
+
+def _header(path: Path, name: str, body: bytes) -> tuple[tuple[int, int], bytes]:
     if len(body) < 16 or body[:2] != MAGIC:
-        raise BadInputError(f"DLC entry '{name}' lacks the D5 0A header (an SNPE 1.x DLC or not a DLC)",
+        raise BadInputError(f"'{path}': DLC entry '{name}' lacks the D5 0A header (an SNPE 1.x DLC or not a DLC)",
                             hint="SNPE 1.x and SNPE2/QAIRT DLCs are incompatible; reconvert with QAIRT")
     major, minor = struct.unpack_from("<HH", body, 2)
     return (major, minor), body[8:]
@@ -180,14 +279,31 @@ def _node(n: flatbuf.Table) -> Node:
     return Node(n.string(0, ""), n.string(1, ""), n.strings(2), n.strings(3), attrs)
 
 
-def _json(data: dict[str, bytes], prefix: str) -> dict:
-    for name, body in data.items():
-        if name.startswith(prefix) and (name == prefix or name[len(prefix)] == "."):
-            try:
-                return json.loads(body.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                return {}
-    return {}
+def _metadata(path: Path, data: dict[str, bytes], prefix: str) -> dict:
+    """The JSON object of the entry named ``prefix`` (or ``prefix.VERSION``); {} when there is none."""
+    name = next((n for n in data if _named(n, prefix)), None)
+    if name is None:
+        return {}
+    try:
+        value = json.loads(data[name].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadInputError(f"'{path}': entry {name!r} is not JSON ({clip(str(exc) or type(exc).__name__)})") \
+            from None
+    if not isinstance(value, dict):
+        raise BadInputError(f"'{path}': entry {name!r} holds a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def _converter(path: Path, history: dict) -> dict:
+    """The newest ``converterCommand`` of the metadata history; BadInputError where it is not of that shape."""
+    info = history.get("dlcGenerationInfo", [])
+    last = info[-1] if isinstance(info, list) and info else {}
+    command = last.get("converterCommand", {}) if isinstance(last, dict) else None
+    if not isinstance(info, list) or not isinstance(command, dict) or \
+            not all(isinstance(command.get(k), (str, type(None))) for k in ("tool", "converterVersion")):
+        raise BadInputError(f"'{path}': the metadata history's dlcGenerationInfo is not a list ending in an object "
+                            "whose converterCommand is an object with string tool and converterVersion")
+    return command
 
 
 def read(path: str | Path) -> Dlc:
@@ -199,8 +315,8 @@ def read(path: str | Path) -> Dlc:
     missing = [e for e in (TOPOLOGY, PARAMS) if e not in data]
     if missing:
         raise BadInputError(f"'{path}' is not a DLC: no {', '.join(missing)} entry (entries: {', '.join(facts)})")
-    version, topo = _header(TOPOLOGY, data[TOPOLOGY])
-    _, params = _header(PARAMS, data[PARAMS])
+    version, topo = _header(path, TOPOLOGY, data[TOPOLOGY])
+    _, params = _header(path, PARAMS, data[PARAMS])
     idents = {TOPOLOGY: flatbuf.file_identifier(topo), PARAMS: flatbuf.file_identifier(params)}
     try:
         graphs = [Graph(g.string(0, ""), [_node(n) for n in g.tables(1)],
@@ -212,74 +328,56 @@ def read(path: str | Path) -> Dlc:
                 weights[td.string(0, "")] = (ref.scalar(0, "Q"), ref.scalar(1, "Q")) if ref else (0, 0)
     except (flatbuf.FlatBufferError, struct.error, IndexError) as exc:
         raise BadInputError(f"'{path}': the DLC graph cannot be read ({exc})") from None
+    history = _metadata(path, data, HISTORY)
     return Dlc(path, facts, version, idents, graphs, weights, facts.get(WEIGHTS, {}).get("bytes", 0),
-               _json(data, "dlc.metadata2"), _json(data, "dlc.metadata.history"), spans,
+               _metadata(path, data, METADATA), history, _converter(path, history), spans,
                {name: hashlib.sha256(data[name]).hexdigest() for name in (TOPOLOGY, PARAMS)})
 
 
-CHUNK = 1 << 20
-
-
-def weight_blob(dlc: Dlc) -> "Iterator[bytes]":
-    """The bytes of ``model.params.bin`` in chunks of at most ``CHUNK`` (inflated where the entry is deflated,
-    never past its declared size); BadInputError when the file ends early."""
+def weight_blob(dlc: Dlc) -> Iterator[bytes]:
+    """The bytes of ``model.params.bin`` in chunks of at most ``CHUNK`` (inflated where the entry is deflated),
+    exactly its declared size; BadInputError where they are not (``_chunks``)."""
     span = dlc.spans.get(WEIGHTS)
     if span is None:
         return
-    offset, stored, method = span
-    inflate = zlib.decompressobj(-15) if method == zipfile.ZIP_DEFLATED else None
-    left = dlc.weights_bytes  # what the archive declares the entry holds
     with dlc.path.open("rb") as f:
-        f.seek(offset)
-        while stored > 0 and left > 0:
-            raw = f.read(min(CHUNK, stored))
-            if not raw:
-                raise BadInputError(f"'{dlc.path}': model.params.bin ends before its declared size")
-            stored -= len(raw)
-            try:
-                chunk = inflate.decompress(raw, left) if inflate is not None else raw[:left]
-            except zlib.error as exc:
-                raise BadInputError(f"'{dlc.path}': model.params.bin cannot be inflated ({exc})") from None
-            left -= len(chunk)
-            if chunk:
-                yield chunk
-    if left > 0:
-        raise BadInputError(f"'{dlc.path}': model.params.bin holds fewer bytes than it declares")
+        yield from _chunks(f, f"'{dlc.path}': {WEIGHTS}", span, dlc.weights_bytes)
 
 
 def problems(dlc: Dlc) -> list[str]:
-    """What is wrong with a DLC's structure (empty when it passes our checks)."""
-    out = []
+    """What is wrong with a DLC's structure (empty when it passes our checks; the first ``SHOWN`` lines, then
+    a count of the rest)."""
+    out = Lines()
     if dlc.identifiers.get(TOPOLOGY) != "NETD":
-        out.append(f"'model' has FlatBuffer identifier {dlc.identifiers.get(TOPOLOGY)!r}, expected 'NETD'")
+        out.add(f"'model' has FlatBuffer identifier {dlc.identifiers.get(TOPOLOGY)!r}, expected 'NETD'")
     if dlc.identifiers.get(PARAMS) not in ("NETP", "NR64"):
-        out.append(f"'model.params' has FlatBuffer identifier {dlc.identifiers.get(PARAMS)!r}, expected 'NETP'")
+        out.add(f"'model.params' has FlatBuffer identifier {dlc.identifiers.get(PARAMS)!r}, expected 'NETP'")
     if dlc.version[0] != 4:
-        out.append(f"DLC header version {dlc.version[0]}.{dlc.version[1]}, expected 4.x")
+        out.add(f"DLC header version {dlc.version[0]}.{dlc.version[1]}, expected 4.x")
     if WEIGHTS not in dlc.entries:
-        out.append("no model.params.bin entry")
+        out.add("no model.params.bin entry")
     if not dlc.graphs:
-        out.append("no graph")
+        out.add("no graph")
     for offset, size in dlc.weights.values():
         if offset + size > dlc.weights_bytes:
-            out.append(f"a weight at {offset}+{size} runs past model.params.bin ({dlc.weights_bytes} bytes)")
+            out.add(f"a weight at {offset}+{size} runs past model.params.bin ({dlc.weights_bytes} bytes)")
             break
     for g in dlc.graphs:
         if not g.io("input") or not g.io("output"):
-            out.append(f"graph {g.name!r} has no input or no output tensor")
+            out.add(f"graph '{clip(g.name)}' has no input or no output tensor")
         produced = {t.name for t in g.tensors.values() if t.location in ("input", "static")}
         for n in g.nodes:
             dangling = [i for i in n.inputs if i not in g.tensors]
             if dangling:
-                out.append(f"node {n.name!r} reads unknown tensor(s) {', '.join(dangling)}")
+                out.add(f"node '{clip(n.name)}' reads unknown tensor(s) {names(dangling)}")
             produced.update(n.outputs)
         unread = [t.name for t in g.io("output") if t.name not in produced]
         if unread:
-            out.append(f"graph {g.name!r}: output(s) {', '.join(unread)} produced by no node")
+            out.add(f"graph '{clip(g.name)}': output(s) {names(unread)} produced by no node")
         unweighted = [t.name for t in g.tensors.values() if t.location == "static" and t.name not in dlc.weights]
         if unweighted:
-            out.append(f"static tensor(s) without data in model.params: {', '.join(unweighted[:5])}")
-    return out
+            out.add(f"static tensor(s) without data in model.params: {names(unweighted)}")
+    return out.listed()
 
 
 def summary(dlc: Dlc) -> dict:
@@ -297,7 +395,7 @@ def summary(dlc: Dlc) -> dict:
                            "out_dtype": ", ".join(t.dtype for t in outs if t is not None)})
         for t in g.tensors.values():
             dtypes[t.dtype] = dtypes.get(t.dtype, 0) + 1
-    conv = dlc.converter
+    conv, found = dlc.converter, problems(dlc)
     return {
         "path": str(dlc.path), "format": "dlc", "file_bytes": dlc.path.stat().st_size,
         "dlc_version": f"{dlc.version[0]}.{dlc.version[1]}",
@@ -313,6 +411,6 @@ def summary(dlc: Dlc) -> dict:
         "dtypes": dict(sorted(dtypes.items(), key=lambda kv: (-kv[1], kv[0]))),
         "entries": [{"name": k, **v} for k, v in dlc.entries.items()],
         "layers": layers,
-        "reader_checks": "passed" if not problems(dlc) else "; ".join(problems(dlc)),
-        "problems": problems(dlc),
+        "reader_checks": "; ".join(found) or "passed",
+        "problems": found,
     }

@@ -357,19 +357,20 @@ def _input_shapes(dlc: container.Dlc, onnx_path: Path) -> dict[str, list[int]]:
         raise HopSkipped(f"the DLC's ONNX model cannot be read: {' '.join(str(exc).split())[:300]}") from None
     want = {v.name: _dims(v) for v in graph_inputs(model)}
     have = {t.name: t.shape for g in dlc.graphs for t in g.io("input")}
-    shapes, problems = {}, []
+    shapes, problems = {}, container.Lines()
     for name, dims in want.items():
         got = name if name in have else _sanitized(name) if _sanitized(name) in have else None
         if got is None:
-            problems.append(f"the model's input '{name}' is not a DLC input (DLC inputs: "
-                            f"{', '.join(f'{k} {v}' for k, v in have.items()) or 'none'})")
+            problems.add(f"the model's input '{name}' is not a DLC input (DLC inputs: "
+                         f"{container.names(have) or 'none'})")
             continue
         shape = shapes[name] = have.pop(got)
         if len(shape) != len(dims) or any(isinstance(d, int) and d > 0 and d != s for d, s in zip(dims, shape)):
-            problems.append(f"input '{name}' is {shape} in the DLC, {dims} in the ONNX model")
-    problems += [f"DLC input '{k}' {v} is not an input of the ONNX model" for k, v in have.items()]
+            problems.add(f"input '{name}' is {container.clip(str(shape))} in the DLC, {dims} in the ONNX model")
+    for k, v in have.items():
+        problems.add(f"DLC input '{container.clip(k)}' {container.clip(str(v))} is not an input of the ONNX model")
     if problems:
         raise ArtifactMismatch(f"'{dlc.path.name}' does not hold the graph of '{onnx_path.name}': "
-                               f"{'; '.join(problems)}",
+                               f"{'; '.join(problems.listed())}",
                                hint="validate a DLC against the ONNX model it was converted from")
     return shapes

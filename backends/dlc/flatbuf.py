@@ -3,18 +3,20 @@
 A table is read by field slot (0-based, the order fields appear in the schema); absent fields give the default,
 as FlatBuffers omits default-valued fields.
 
-Work is bounded: a crafted buffer can point many vector entries at one big table or string, so reading it naively
-costs the square of its size. Each root carries a budget of elements and string bytes a reader may visit
-(``BUDGET_PER_BYTE`` times the buffer's size); exhausting it raises ``FlatBufferError``. A well-formed buffer visits
-each element about once, far below it.
+Work is bounded by the buffer's size. A crafted buffer can point many offsets at one table, vector or string, so
+that reading it naively decodes far more than it holds (the square of its size, and more with nesting). Each
+root carries a budget: every table, vector and string a reader reaches is charged the bytes it would take if
+nothing were shared (``TABLE_BYTES`` a table, 4 plus its elements a vector, 5 plus its length a string), and the
+reader may decode ``BUDGET_PER_BYTE`` times the buffer's size; past it ``FlatBufferError``. A buffer whose
+writer shares nothing (QnnIr's) is charged at most its size, so the budget also bounds everything downstream of
+the reader (summaries, comparisons, rendering) to a few times the file's size.
 """
 from __future__ import annotations
 
 import struct
 
-
-BUDGET_PER_BYTE = 8
-BUDGET_FLOOR = 1 << 20
+BUDGET_PER_BYTE = 2  # room for a writer that shares strings, never for a buffer that multiplies itself
+TABLE_BYTES = 8  # a table's offset to its vtable and at least one field
 
 
 class FlatBufferError(ValueError):
@@ -22,12 +24,12 @@ class FlatBufferError(ValueError):
 
 
 class _Budget:
-    """What is left to visit of one buffer (vector entries; string bytes count one per 16)."""
+    """The bytes one buffer's readers may still decode."""
 
     __slots__ = ("left",)
 
     def __init__(self, size: int):
-        self.left = max(size * BUDGET_PER_BYTE, BUDGET_FLOOR)
+        self.left = size * BUDGET_PER_BYTE
 
     def spend(self, n: int) -> None:
         self.left -= n
@@ -63,13 +65,11 @@ class Table:
     def __init__(self, buf: bytes, pos: int, budget: _Budget | None = None):
         self.buf, self.pos = buf, pos
         self._budget = budget if budget is not None else _Budget(len(buf))
+        self._budget.spend(TABLE_BYTES)
         self._vt = pos - struct.unpack_from("<i", buf, pos)[0]
         if not 0 <= self._vt < len(buf) - 4:
             raise FlatBufferError(f"vtable of the table at {pos} lies outside the buffer")
         self._vt_len = struct.unpack_from("<H", buf, self._vt)[0]
-
-    def slots(self) -> int:
-        return (self._vt_len - 4) // 2
 
     def _field(self, slot: int) -> int:
         """The field's absolute position, or 0 when absent."""
@@ -86,11 +86,6 @@ class Table:
         at = self._field(slot)
         return struct.unpack_from("<" + fmt, self.buf, at)[0] if at else default
 
-    def struct(self, slot: int, fmt: str) -> tuple | None:
-        """An inline struct (e.g. ``"QQ"``), or None when absent."""
-        at = self._field(slot)
-        return struct.unpack_from("<" + fmt, self.buf, at) if at else None
-
     def _target(self, slot: int) -> int:
         at = self._field(slot)
         return at + _u32(self.buf, at) if at else 0
@@ -103,34 +98,28 @@ class Table:
         at = self._target(slot)
         return _string(self.buf, at, self._budget) if at else default
 
-    def _vector(self, slot: int) -> tuple[int, int]:
+    def _vector(self, slot: int, size: int) -> tuple[int, int]:
+        """(start, length) of the vector at ``slot`` whose elements take ``size`` bytes; (0, 0) when absent."""
         at = self._target(slot)
         if not at:
             return 0, 0
         n = _u32(self.buf, at)
-        if at + 4 + n > len(self.buf):  # every element takes at least a byte
+        if at + 4 + n * size > len(self.buf):
             raise FlatBufferError("vector runs past the end of the buffer")
-        self._budget.spend(n)
+        self._budget.spend(4 + n * size)
         return at + 4, n
 
     def vector(self, slot: int, fmt: str) -> list:
         """A vector of scalars (``fmt``: one struct code, e.g. ``"i"``, ``"B"``)."""
-        start, n = self._vector(slot)
-        size = struct.calcsize("<" + fmt)
-        if start + n * size > len(self.buf):
-            raise FlatBufferError("vector runs past the end of the buffer")
+        start, n = self._vector(slot, struct.calcsize("<" + fmt))
         return list(struct.unpack_from(f"<{n}{fmt}", self.buf, start)) if n else []
 
-    def bytes(self, slot: int) -> bytes:
-        start, n = self._vector(slot)
-        return bytes(self.buf[start:start + n])
-
     def tables(self, slot: int) -> list["Table"]:
-        start, n = self._vector(slot)
+        start, n = self._vector(slot, 4)
         return [Table(self.buf, start + 4 * i + _u32(self.buf, start + 4 * i), self._budget) for i in range(n)]
 
     def strings(self, slot: int) -> list[str]:
-        start, n = self._vector(slot)
+        start, n = self._vector(slot, 4)
         return [_string(self.buf, start + 4 * i + _u32(self.buf, start + 4 * i), self._budget) for i in range(n)]
 
 
@@ -138,5 +127,5 @@ def _string(buf: bytes, at: int, budget: _Budget) -> str:
     n = _u32(buf, at)
     if at + 4 + n > len(buf):
         raise FlatBufferError("string runs past the end of the buffer")
-    budget.spend(1 + n // 16)
+    budget.spend(5 + n)
     return bytes(buf[at + 4:at + 4 + n]).decode("utf-8", "replace")

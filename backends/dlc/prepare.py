@@ -2,6 +2,7 @@
 only ops onnxruntime's QNN execution provider can take."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +13,8 @@ if TYPE_CHECKING:
     import onnx
 
 MAX_OPSET = 22  # the newest ONNX opset QAIRT's converters take ("supports upto ONNX Opset 22")
+# QNN tensors have uint32 dims and sizes: past them onnxruntime-qnn aborts the process
+MAX_ELEMENTS = 2**32 - 1
 # ONNX ops with an op builder in onnxruntime's QNN execution provider (onnxruntime/core/providers/qnn/builder/
 # op_builder_factory.cc); whether one node is taken also depends on its attributes and dtypes, which the
 # partition check after the dump catches.
@@ -69,11 +72,50 @@ def shape_blockers(model: "onnx.ModelProto", input_shapes: dict) -> list[str]:
                 if clash:
                     out.append(f"--input-shape {name}:{','.join(map(str, given))} differs from the model's fixed "
                                f"dims {dims} at axis {clash[0]}")
+                out += _too_big(f"input '{name}'", given)
         elif any(not isinstance(d, int) or d <= 0 for d in dims):
             example = ",".join(str(d) if isinstance(d, int) and d > 0 else "N" for d in dims)
             out.append(f"input '{name}' has dynamic dims {dims}: a DLC needs static shapes "
                        f"(give --input-shape {name}:{example})")
+        else:
+            out += _too_big(f"input '{name}'", dims)
     return out
+
+
+def _too_big(what: str, dims: list[int]) -> list[str]:
+    """A blocker when a tensor of static ``dims`` holds more elements than QNN can address."""
+    if math.prod(dims) <= MAX_ELEMENTS:
+        return []
+    return [f"{what} {dims} holds more than {MAX_ELEMENTS} elements: QNN tensors cannot"]
+
+
+def size_blockers(model: "onnx.ModelProto") -> list[str]:
+    """Tensors of the (folded) model whose static shapes, as ONNX shape inference finds them, QNN cannot hold."""
+    import onnx
+
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - the shapes the model declares are checked still
+        pass
+    g = model.graph
+    shapes = {v.name: _dims(v) for v in [*g.input, *g.value_info, *g.output]}
+    shapes.update({t.name: list(t.dims) for t in g.initializer})
+    return [b for name, dims in shapes.items() if all(isinstance(d, int) and d > 0 for d in dims)
+            for b in _too_big(f"tensor '{name}'", dims)]
+
+
+def dtype_blockers(model: "onnx.ModelProto") -> list[str]:
+    """Tensors whose element type ONNX does not define (onnx's own helpers, and QNN, fail on them)."""
+    from onnx import TensorProto
+
+    from onnxbridge.fileio import iter_tensors
+
+    g = model.graph
+    typed = [(v.name, v.type.tensor_type.elem_type) for v in [*g.input, *g.output, *g.value_info]
+             if v.type.HasField("tensor_type")] + [(t.name, t.data_type) for t in iter_tensors(model)]
+    known = set(TensorProto.DataType.values())
+    return [f"tensor '{name}' has element type {t}, which ONNX does not define" for name, t in typed
+            if t not in known]
 
 
 def op_blockers(model: "onnx.ModelProto", *, folded: bool) -> list[str]:
@@ -139,7 +181,7 @@ def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: boo
     from onnxbridge.fileio import load_onnx
 
     model = load_onnx(onnx_path, load_external_data=True)
-    problems = shape_blockers(model, input_shapes)
+    problems = dtype_blockers(model) + shape_blockers(model, input_shapes)
     if problems:
         raise BadInputError("; ".join(problems))
     notes = []
@@ -159,7 +201,7 @@ def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: boo
     _fold(static, prepared)
     model = onnx.load(prepared)
     name_nodes(model.graph)
-    blocked = op_blockers(model, folded=True) if check_ops else []
+    blocked = size_blockers(model) + (op_blockers(model, folded=True) if check_ops else [])
     if blocked:
         raise UnsupportedError("; ".join(blocked), hint="replace those ops, or cut the graph before them")
     onnx.save(model, prepared)

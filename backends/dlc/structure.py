@@ -10,30 +10,18 @@ crafted file has), and last the raw ``model`` / ``model.params`` entries, which 
 parse. QnnIr writes the same bytes for the same model run to run (``qnn.dump_dlc`` loads the model from bytes so the
 graph name comes from the graph, not from the file's path), so a genuine DLC compares equal entry for entry.
 
-The work is bounded by the reference (our own serialization): weights are hashed only when both blobs declare
-the same size, in one streaming pass each; every node, tensor and weight is visited once.
+The work is bounded by the reference (our own serialization) and by what our reader decodes, itself bounded by
+the file's size: weights are hashed only when both blobs declare the same size, in one streaming pass each; every
+node, tensor and weight is visited once; names in the lines are clipped and the lines past ``SHOWN`` counted.
 """
 from __future__ import annotations
 
 import hashlib
 import math
 
-from onnxbridge.backends.dlc.container import PARAMS, TOPOLOGY, WEIGHTS, Dlc, weight_blob
+from onnxbridge.backends.dlc.container import PARAMS, TOPOLOGY, WEIGHTS, Dlc, Lines, clip, names, weight_blob
 
-SHOWN = 12  # differences listed; the rest are counted
 METADATA = ("dlc.metadata",)  # entry prefixes left out of the comparison (timestamps, the writer's arguments)
-
-
-class _Differences(list):
-    """The lines found: the first ``SHOWN``, and a count of the rest (``more``)."""
-
-    more = 0
-
-    def add(self, line: str) -> None:
-        if len(self) < SHOWN:
-            self.append(line)
-        else:
-            self.more += 1
 
 
 def _same(a, b) -> bool:
@@ -47,12 +35,6 @@ def _same(a, b) -> bool:
 
 def _short(sha: str) -> str:
     return sha[:12] + ".."
-
-
-def _names(names, limit: int = 5) -> str:
-    names = list(names)
-    shown = ", ".join(f"'{n}'" for n in names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def weight_digests(dlc: Dlc) -> tuple[str, dict[str, str] | None]:
@@ -102,48 +84,48 @@ def facts(dlc: Dlc, blob_sha: str | None = None) -> dict:
             "weight_bytes": dlc.weights_bytes}
 
 
-def _presence(what: str, have, want, out: _Differences, mine: str, theirs: str, verb: str = "are in") \
+def _presence(what: str, have, want, out: Lines, mine: str, theirs: str, verb: str = "are in") \
         -> tuple[list, list]:
     """Names in one collection and not the other, as difference lines; returns (extra, missing)."""
     extra = [n for n in have if n not in want]
     missing = [n for n in want if n not in have]
     if extra:
-        out.add(f"{what} {_names(extra)} {verb} {mine}, not in {theirs}")
+        out.add(f"{what} {names(extra)} {verb} {mine}, not in {theirs}")
     if missing:
-        out.add(f"{what} {_names(missing)} {verb} {theirs}, not in {mine}")
+        out.add(f"{what} {names(missing)} {verb} {theirs}, not in {mine}")
     return extra, missing
 
 
-def _entries(dlc: Dlc, ref: Dlc, out: _Differences, mine: str, theirs: str) -> None:
-    def kept(names):
-        return [n for n in names if not n.startswith(METADATA)]
+def _entries(dlc: Dlc, ref: Dlc, out: Lines, mine: str, theirs: str) -> None:
+    def kept(entries):
+        return [n for n in entries if not n.startswith(METADATA)]
 
     _presence("entry(ies)", kept(dlc.entries), kept(ref.entries), out, mine, theirs)
 
 
-def _nodes(g, r, out: _Differences, mine: str, theirs: str) -> None:
+def _nodes(g, r, out: Lines, mine: str, theirs: str) -> None:
     if len(g.nodes) != len(r.nodes):
         out.add(f"graph '{g.name}' has {len(g.nodes)} node(s) in {mine}, {len(r.nodes)} in {theirs}")
     for i, (n, m) in enumerate(zip(g.nodes, r.nodes)):
         if n.name != m.name:
-            out.add(f"node #{i} is '{n.name}' ({n.type}) in {mine}, '{m.name}' ({m.type}) in {theirs}")
+            out.add(f"node #{i} is '{clip(n.name)}' ({clip(n.type)}) in {mine}, '{m.name}' ({m.type}) in {theirs}")
             continue
         if n.type != m.type:
-            out.add(f"node '{n.name}' is {n.type} in {mine}, {m.type} in {theirs}")
+            out.add(f"node '{n.name}' is {clip(n.type)} in {mine}, {m.type} in {theirs}")
         for what, a, b in (("reads", n.inputs, m.inputs), ("writes", n.outputs, m.outputs)):
             if a != b:
-                out.add(f"node '{n.name}' {what} {', '.join(a) or 'nothing'} in {mine}, "
-                        f"{', '.join(b) or 'nothing'} in {theirs}")
+                out.add(f"node '{n.name}' {what} {names(a) or 'nothing'} in {mine}, {names(b) or 'nothing'} in "
+                        f"{theirs}")
         for key in sorted(set(n.attributes) | set(m.attributes)):
             a, b = n.attributes.get(key, "(absent)"), m.attributes.get(key, "(absent)")
             if not _same(a, b):
-                out.add(f"node '{n.name}' attribute '{key}' is {a!r} in {mine}, {b!r} in {theirs}")
+                out.add(f"node '{n.name}' attribute '{clip(key)}' is {clip(repr(a))} in {mine}, {b!r} in {theirs}")
 
 
 TENSOR_FIELDS = ("location", "shape", "dtype", "encoding", "scale", "bitwidth")
 
 
-def _tensors(g, r, out: _Differences, mine: str, theirs: str) -> None:
+def _tensors(g, r, out: Lines, mine: str, theirs: str) -> None:
     _presence("tensor(s)", g.tensors, r.tensors, out, mine, theirs)
     for name, t in g.tensors.items():
         u = r.tensors.get(name)
@@ -152,10 +134,10 @@ def _tensors(g, r, out: _Differences, mine: str, theirs: str) -> None:
         for key in TENSOR_FIELDS:
             a, b = getattr(t, key), getattr(u, key)
             if not _same(a, b):
-                out.add(f"tensor '{name}' {key} is {a} in {mine}, {b} in {theirs}")
+                out.add(f"tensor '{name}' {key} is {clip(str(a))} in {mine}, {b} in {theirs}")
 
 
-def _weights(dlc: Dlc, ref: Dlc, out: _Differences, mine: str, theirs: str) -> str | None:
+def _weights(dlc: Dlc, ref: Dlc, out: Lines, mine: str, theirs: str) -> str | None:
     """Weight differences, by tensor where the blobs can be sliced; the DLC's blob SHA-256 when it was hashed."""
     statics = {n for g in dlc.graphs for n, t in g.tensors.items() if t.location == "static"}
 
@@ -191,7 +173,7 @@ def _weights(dlc: Dlc, ref: Dlc, out: _Differences, mine: str, theirs: str) -> s
 def compare(dlc: Dlc, ref: Dlc, *, mine: str = "the DLC", theirs: str = "the graph simulated") -> list[str]:
     """Every difference between ``dlc`` and ``ref`` (one line each, the first ``SHOWN``; a last line counts the
     rest); empty when ``dlc`` holds exactly ``ref``'s graph."""
-    out = _Differences()
+    out = Lines()
     _entries(dlc, ref, out, mine, theirs)
     if len(dlc.graphs) != len(ref.graphs):
         out.add(f"{mine} holds {len(dlc.graphs)} graph(s), {theirs} {len(ref.graphs)}")
@@ -206,10 +188,7 @@ def compare(dlc: Dlc, ref: Dlc, *, mine: str = "the DLC", theirs: str = "the gra
                         f"{_short(ref.digests.get(entry, ''))} in {theirs}) in fields our reader does not compare"
                         + _why_raw(dlc, ref, mine, theirs))
                 break
-    lines = list(out)
-    if out.more:
-        lines.append(f"... and {out.more} more difference(s)")
-    return lines
+    return out.listed()
 
 
 def _why_raw(dlc: Dlc, ref: Dlc, mine: str, theirs: str) -> str:

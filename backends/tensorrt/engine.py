@@ -24,9 +24,14 @@ def network_flags(flavour: "Flavour", precision: str) -> int:
 
 
 def parse(flavour: "Flavour", onnx_path: Path, flags: int = 0):
-    """(builder, network, parser) for the model at ``onnx_path``; UnsupportedError naming every rejected node."""
+    """(builder, network, parser) for the model at ``onnx_path``; UnsupportedError naming every rejected node,
+    BadInputError for a graph the parser would crash on (``malformed``)."""
     import onnx
 
+    broken = malformed(onnx.load(str(onnx_path), load_external_data=False).graph)
+    if broken:
+        raise BadInputError(f"'{Path(onnx_path).name}' is not a well-formed ONNX graph: {'; '.join(broken[:5])}"
+                            + (f" (+{len(broken) - 5} more)" if len(broken) > 5 else ""))
     trt = flavour.trt
     with flavour.capture() as log:
         builder = trt.Builder(flavour.logger())
@@ -44,6 +49,19 @@ def parse(flavour: "Flavour", onnx_path: Path, flags: int = 0):
                                hint="run 'onnxbridge check MODEL --targets tensorrt' to list every blocker; replace "
                                     "the op before export or provide a TensorRT plugin")
     return builder, network, parser, [m for _, m in log]
+
+
+def malformed(graph) -> list[str]:
+    """Nodes, in ``graph`` and its subgraphs, that TensorRT's ONNX parser crashes on (SIGSEGV) rather than
+    rejects: a node without outputs (every ONNX op has one)."""
+    out = []
+    for i, node in enumerate(graph.node):
+        if not any(node.output):
+            out.append(f"node '{node.name or f'#{i}'}' ({node.op_type}) has no output")
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                out += malformed(sub)
+    return out
 
 
 def describe_error(err, nodes) -> str:

@@ -21,6 +21,7 @@ MODULES = {
                              "(needs NVIDIA's index)"),
     "tensorrt-rtx": ("tensorrt_rtx", "pip install 'onnxbridge[tensorrt]' (tensorrt-rtx-cu12 from PyPI)"),
 }
+MAGIC = {b"ftrt": "tensorrt", b"vtrt": "tensorrt-rtx"}  # the first 4 bytes of each flavour's serialized engines
 PREFERENCE = ("tensorrt", "tensorrt-rtx")  # the full TensorRT first: its engines run on any supported NVIDIA GPU
 HIDE_ENV = "ONNXBRIDGE_TENSORRT_HIDE"  # comma-separated flavours to treat as not installed (tests, doctor checks)
 # Highest default-domain opset each parser generation takes (NVIDIA's ONNX opset guide: TensorRT 11.x -> 25;
@@ -149,9 +150,7 @@ def load(flavour: str | None = None) -> Flavour:
 
 
 def for_engine(data: bytes, recorded: str | None = None) -> str | None:
-    """The flavour that wrote an engine: the sidecar's record, else TensorRT-RTX's ``vtrt`` magic, else None."""
+    """The flavour that wrote an engine: the sidecar's record, else the engine's magic (``MAGIC``), else None."""
     if recorded in MODULES:
         return recorded
-    if data[:4] == b"vtrt":
-        return "tensorrt-rtx"
-    return None
+    return MAGIC.get(bytes(data[:4]))

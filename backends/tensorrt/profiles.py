@@ -12,6 +12,7 @@ from typing import Sequence
 from onnxbridge.errors import BadInputError
 
 Shape = tuple[int, ...]
+MAX_DIM = 2**31 - 1  # a profile dimension TensorRT can take (its Dims are int64, its volumes must fit)
 _SHAPES = re.compile(r"^(?P<name>[^:]+):(?P<min>[\dx]*)/(?P<opt>[\dx]*)/(?P<max>[\dx]*)$")
 
 
@@ -28,6 +29,8 @@ def parse_shapes(items: Sequence[str]) -> dict[str, tuple[Shape, Shape, Shape]]:
             dims = m[key].split("x") if m[key] else []
             if not all(d.isdigit() for d in dims):
                 raise BadInputError(f"--shapes '{text}': {key} shape '{m[key]}' is not like 1x3x224x224")
+            if any(len(d) > len(str(MAX_DIM)) or int(d) > MAX_DIM for d in dims):
+                raise BadInputError(f"--shapes '{text}': {key} shape '{m[key]}' has a dimension above {MAX_DIM}")
             shapes.append(tuple(int(d) for d in dims))
         low, opt, high = shapes
         if not len(low) == len(opt) == len(high):

@@ -15,7 +15,7 @@ class Runner:
     def __init__(self, path: Path, flavour_name: str | None = None):
         from onnxbridge.backends.tensorrt import artifact, flavours
 
-        data = Path(path).read_bytes()
+        data = artifact.read_engine(Path(path))
         side, _ = artifact.read_sidecar(Path(path), data)
         name = flavour_name or flavours.for_engine(data, side.get("flavour") if side else None)
         self.flavour, self._runtime, self.engine = artifact.load_engine(Path(path), data, name)
