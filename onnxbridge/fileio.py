@@ -45,6 +45,13 @@ def _owned_prefix(prefix: str) -> str:
     return f"{prefix}{os.getpid()}-"
 
 
+def staging_folder(path: Path) -> Path:
+    """A hidden folder beside ``path`` to build it in before renaming it into place, named for this process so that
+    a later run removes it if this one is killed (``clean_stale``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=_owned_prefix(f".{path.name}.onnxbridge-"), dir=path.parent))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -316,7 +323,7 @@ def _save(model: "onnx.ModelProto", path: Path, base: Path | None, external_data
     total = sum(tensor_nbytes(t) for t in iter_tensors(model))
     inline = not (external_data if external_data is not None else total > threshold)
     data_name = f"{path.name}.data"
-    staging = Path(tempfile.mkdtemp(prefix=_owned_prefix(f".{path.name}.onnxbridge-"), dir=path.parent))
+    staging = staging_folder(path)
     try:
         out = onnx.ModelProto()
         out.CopyFrom(model)

@@ -6,7 +6,6 @@ import io
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -16,6 +15,7 @@ from onnxbridge.backends.coreml.ctimport import import_ct
 from onnxbridge.backends.coreml.lower import FP16_MAX, INT32, OPS, TARGETS, Ctx, _mil_name
 from onnxbridge.backends.coreml.onnx_file import read_onnx
 from onnxbridge.errors import BadInputError, UnsupportedError
+from onnxbridge.fileio import staging_folder, writing
 
 if TYPE_CHECKING:
     import onnx
@@ -550,15 +550,15 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
         reason = _rejection(exc, target)
         raise UnsupportedError(reason if "needs --target" in reason else
                                f"coremltools rejects the lowered program: {' '.join(str(exc).split())[:300]}") from None
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    try:
-        mlmodel.save(str(staging / output.name))
-        if output.exists():
-            shutil.rmtree(output)
-        os.replace(staging / output.name, output)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with writing(output):
+        staging = staging_folder(output)
+        try:
+            mlmodel.save(str(staging / output.name))
+            if output.exists():
+                shutil.rmtree(output)
+            os.replace(staging / output.name, output)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     spec = mlmodel.get_spec()
     names = [v.name for v in [*model.graph.input, *model.graph.output]]
     renamed = {n: _mil_name(n) for n in names if _mil_name(n) != n}  # MIL names are identifiers

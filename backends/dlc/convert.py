@@ -8,7 +8,6 @@ from the QAIRT SDK's converter cannot be proven so: its hop is skipped."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import tempfile
@@ -37,16 +36,15 @@ def _flavour(flavour: str | None):
 
 def _place(dlc: Path, output: Path) -> None:
     """Copy ``dlc`` to ``output`` atomically (a temp name in the same folder, then os.replace)."""
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent)
-    os.close(fd)
-    try:
-        shutil.copyfile(dlc, tmp)
-        os.replace(tmp, output)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    from onnxbridge.fileio import staging_folder, writing
+
+    with writing(output):
+        staging = staging_folder(output)
+        try:
+            shutil.copyfile(dlc, staging / output.name)
+            os.replace(staging / output.name, output)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _sanitized(name: str) -> str:
