@@ -1,10 +1,10 @@
 """Size limits, checked before anything runs a model: a 200-byte file must not make onnxbridge allocate gigabytes.
 
-Every tensor onnxbridge would make or a runtime would hold at a size known in advance is checked against one limit,
+Every tensor onnxbridge would make, or a runtime would make at a size known in advance, is checked against one limit,
 ``ONNXBRIDGE_MAX_TENSOR_MB`` (default 4096 MB): random sample inputs (from static input shapes or --input-shape), and
-every tensor whose static shape ONNX shape inference (with constant propagation) can tell, such as the output of a
-``ConstantOfShape`` of a constant shape. Sizes that only appear while running (shapes computed from input values)
-are bounded by the worker's memory limit instead (``onnxbridge.worker``, ``ONNXBRIDGE_MAX_MEMORY_MB``).
+the outputs of ops whose sizes are constants in the graph (``check_model``: a ``ConstantOfShape`` of a constant shape,
+and the like). Sizes that only appear while running (shapes computed from input values) are bounded by the worker's
+resident memory instead (``memory_limit``, ``ONNXBRIDGE_MAX_MEMORY_MB``, watched by ``onnxbridge.worker``).
 """
 from __future__ import annotations
 
