@@ -4,19 +4,23 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from onnxbridge.backends.dlc.prepare import dtype_blockers, op_blockers, opset_blockers, shape_blockers
+from onnxbridge.backends.dlc.prepare import (_fix_shapes, dtype_blockers, legalize, op_blockers, opset_blockers,
+                                             shape_blockers)
 from onnxbridge.errors import OnnxBridgeError, UnavailableError
 
 
 def blockers(onnx_path: Path, input_shapes: dict) -> list[str]:
-    """Dynamic dims left, opset steps the adapters cannot take, ops without a QNN builder; when none and
-    onnxruntime-qnn is installed, also a trial dump in a scratch folder for partitions."""
+    """Dynamic dims left, opset steps the adapters cannot take, ops without a QNN builder (after the legalization
+    rules the build applies, at the given input shapes); when none and onnxruntime-qnn is installed, also a trial
+    dump in a scratch folder for partitions."""
     from onnxbridge.fileio import load_onnx
 
     model = load_onnx(onnx_path)
     shapes = {k: list(v) for k, v in input_shapes.items()}
-    found = dtype_blockers(model) + shape_blockers(model, shapes) + opset_blockers(model) + \
-        op_blockers(model, folded=False)
+    found = dtype_blockers(model) + shape_blockers(model, shapes) + opset_blockers(model)
+    if not found:
+        _fix_shapes(model, shapes)
+    found += op_blockers(legalize(model)[0], folded=False)
     if found:
         return found
     from onnxbridge.backends.dlc.convert import dump_one_graph

@@ -30,6 +30,8 @@ QNN_OPS = frozenset({
     "ScatterND", "Sigmoid", "Sign", "Sin", "Slice", "Softmax", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub",
     "Sum", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose", "Unsqueeze", "Upsample", "Where",
 })
+# ops of other domains the QNN EP takes (com.microsoft::Gelu: what the exact-GELU legalization rule emits)
+QNN_CUSTOM_OPS = frozenset({("com.microsoft", "FusedMatMul"), ("com.microsoft", "Gelu")})
 # ops that constant folding or onnxruntime's basic graph optimizations remove when their inputs are known
 FOLDED_AWAY = frozenset({"Constant", "Identity", "Dropout", "Shape", "Size", "ConstantOfShape", "Range"})
 
@@ -123,7 +125,7 @@ def op_blockers(model: "onnx.ModelProto", *, folded: bool) -> list[str]:
     out = []
     for i, node in enumerate(model.graph.node):
         if node.domain not in ("", "ai.onnx"):
-            if not (node.domain == "com.microsoft" and node.op_type == "FusedMatMul"):
+            if (node.domain, node.op_type) not in QNN_CUSTOM_OPS:
                 out.append(f"node '{node.name or f'#{i}'}' ({node.domain}::{node.op_type}) is a custom op the QNN "
                            "execution provider cannot take")
         elif node.op_type not in QNN_OPS and (folded or node.op_type not in FOLDED_AWAY):
@@ -171,9 +173,17 @@ def _fold(src: Path, dest: Path) -> None:
         raise BadInputError(f"onnxruntime cannot load the model at the static shapes: {text}") from None
 
 
+def legalize(model: "onnx.ModelProto") -> tuple["onnx.ModelProto", list[str]]:
+    """``model`` with the QNN execution provider's legalization rules applied, and which fired on which node."""
+    from onnxbridge.legalize import apply
+    from onnxbridge.legalize.rules import QNN_RULES
+
+    return apply(model, QNN_RULES)
+
+
 def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: bool = True) -> Prepared:
     """Write the prepared model into ``folder``; raise with every blocker named when it cannot be
-    (``check_ops``: refuse ops the QNN execution provider has no builder for)."""
+    (``check_ops``: legalize for the QNN execution provider, then refuse ops it has no builder for)."""
     import onnx
 
     from onnxbridge.adapters import adapt, default_opset
@@ -201,6 +211,10 @@ def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: boo
     _fold(static, prepared)
     model = onnx.load(prepared)
     name_nodes(model.graph)
+    if check_ops:
+        model, fired = legalize(model)
+        if fired:
+            notes.append("legalized for the QNN execution provider: " + ", ".join(fired))
     blocked = size_blockers(model) + (op_blockers(model, folded=True) if check_ops else [])
     if blocked:
         raise UnsupportedError("; ".join(blocked), hint="replace those ops, or cut the graph before them")

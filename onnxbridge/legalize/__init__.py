@@ -1,0 +1,216 @@
+"""Legalization: small, exact, target-aware graph rewrites applied to an ONNX model before a backend builds it.
+
+A ``Rule`` is a pattern (the nodes it replaces, found from one root node), a condition (when the target cannot
+take those nodes as they are and the rewrite is exact) and a replacement (new nodes producing the same output
+names). ``apply`` runs rules over a model and says which fired on which node. Rules for the QNN execution
+provider (the DLC backend) are in ``onnxbridge.legalize.rules``.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+
+@dataclass
+class Match:
+    """What a pattern found: the ``nodes`` it replaces (the root last), the tensors the replacement reads
+    (``inputs``) and the output names it must produce (``outputs``)."""
+
+    nodes: list
+    inputs: dict[str, str]
+    outputs: list[str]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``pattern(graph, node)``: a Match rooted at ``node``, or None; ``condition(graph, match)``: whether to
+    rewrite; ``replacement(graph, match)``: the nodes that take the match's place (new constants through
+    ``graph.constant``)."""
+
+    name: str
+    pattern: Callable[["Graph", "onnx.NodeProto"], Match | None]
+    condition: Callable[["Graph", Match], bool]
+    replacement: Callable[["Graph", Match], list]
+
+
+class Graph:
+    """A model's main graph as rules see it: producers, consumers, constants, inferred types and shapes."""
+
+    def __init__(self, model: "onnx.ModelProto"):
+        self.model = model
+        self.graph = model.graph
+        self._names = itertools.count()
+        self.refresh()
+        self.types = self._infer()
+
+    def refresh(self) -> None:
+        """Recompute the maps after the graph changed (rewrites keep the names and types of what they replace,
+        so the types inferred at the start stay valid)."""
+        g = self.graph
+        self.producer = {o: n for n in g.node for o in n.output if o}
+        self.consumers: dict[str, int] = {}
+        for n in g.node:
+            inner = {r for a in n.attribute for sub in ([a.g] if a.HasField("g") else a.graphs)
+                     for r in _references(sub)}
+            for i in [*n.input, *inner]:
+                self.consumers[i] = self.consumers.get(i, 0) + 1
+        self.outputs = {o.name for o in g.output}
+        inputs = {i.name for i in g.input}
+        self.initializers = {t.name: t for t in g.initializer if t.name not in inputs}
+
+    def _infer(self) -> dict:
+        import onnx
+
+        g = self.graph
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self.model).graph
+        except Exception:  # noqa: BLE001 - without inference, rules needing types or shapes do not fire
+            inferred = g
+        types = {v.name: v.type.tensor_type for v in [*inferred.input, *inferred.value_info, *inferred.output]
+                 if v.type.HasField("tensor_type")}
+        return {**types, **{t.name: _init_type(t) for t in g.initializer}}
+
+    @property
+    def opset(self) -> int:
+        return next((o.version for o in self.model.opset_import if o.domain in ("", "ai.onnx")), 1)
+
+    def single_use(self, name: str) -> bool:
+        """Whether ``name`` feeds exactly one node and is not a graph output (so its producer may go)."""
+        return self.consumers.get(name, 0) == 1 and name not in self.outputs
+
+    def produced_by(self, name: str, op_type: str, *, single_use: bool = True):
+        """The node of ``op_type`` producing ``name`` (used nowhere else when ``single_use``), or None."""
+        node = self.producer.get(name)
+        if node is None or node.op_type != op_type or node.domain not in ("", "ai.onnx"):
+            return None
+        return node if not single_use or self.single_use(name) else None
+
+    def value(self, name: str) -> "np.ndarray | None":
+        """The constant value of tensor ``name`` (an initializer or a Constant node's), or None."""
+        from onnx import numpy_helper
+
+        if name in self.initializers:
+            return numpy_helper.to_array(self.initializers[name])
+        node = self.producer.get(name)
+        if node is not None and node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            return numpy_helper.to_array(node.attribute[0].t)
+        return None
+
+    def elem_type(self, name: str) -> int:
+        """ONNX element type of ``name`` (0 when unknown)."""
+        t = self.types.get(name)
+        return t.elem_type if t is not None else 0
+
+    def shape(self, name: str) -> list[int] | None:
+        """The static shape of ``name``, or None when its rank or any dim is unknown."""
+        t = self.types.get(name)
+        if t is None or not t.HasField("shape"):
+            return None
+        dims = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim]
+        return dims if all(d >= 0 for d in dims) else None
+
+    def fresh(self, base: str) -> str:
+        """A tensor or node name not used in the graph yet."""
+        used = set(self.producer) | set(self.consumers) | {t.name for t in self.graph.initializer}
+        while True:
+            name = f"{base}_legal{next(self._names)}"
+            if name not in used:
+                return name
+
+    def constant(self, base: str, array: "np.ndarray") -> str:
+        """Add ``array`` as an initializer; its name."""
+        from onnx import numpy_helper
+
+        name = self.fresh(base)
+        self.graph.initializer.append(numpy_helper.from_array(array, name))
+        return name
+
+    def use_opset(self, domain: str, version: int) -> None:
+        """Import ``domain`` at ``version`` unless the model imports it already."""
+        from onnx import helper
+
+        if not any(o.domain == domain for o in self.model.opset_import):
+            self.model.opset_import.append(helper.make_opsetid(domain, version))
+
+
+def _init_type(t: "onnx.TensorProto"):
+    from onnx import helper
+
+    return helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
+
+
+def apply(model: "onnx.ModelProto", rules: Sequence[Rule]) -> tuple["onnx.ModelProto", list[str]]:
+    """A copy of ``model`` with ``rules`` applied, in order, to every node of its main graph; and what fired,
+    as ``"RULE (node NAME)"`` in firing order."""
+    import onnx
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = Graph(out)
+    fired = []
+    for rule in rules:  # nodes are known by their outputs: protobuf wrappers do not outlive edits
+        for key in [_key(n) for n in out.graph.node if _key(n)]:
+            node = graph.producer.get(key[0])
+            if node is None or _key(node) != key:
+                continue  # replaced by an earlier match
+            match = rule.pattern(graph, node)
+            if match is None or not rule.condition(graph, match):
+                continue
+            _replace(graph, match, rule.replacement(graph, match))
+            fired.append(f"{rule.name} (node {node.name or key[0]})")
+            graph.refresh()
+    if fired:
+        _drop_unused(out.graph)
+    return out, fired
+
+
+def _key(node: "onnx.NodeProto") -> tuple[str, ...]:
+    """A node's non-empty outputs: unique to it in a well-formed graph."""
+    return tuple(o for o in node.output if o)
+
+
+def _replace(graph: Graph, match: Match, nodes: list) -> None:
+    """Put ``nodes`` where the match's root was and remove the matched nodes."""
+    g = graph.graph
+    root, gone = _key(match.nodes[-1]), {_key(n) for n in match.nodes}
+    new = []
+    for n in g.node:
+        if _key(n) == root:
+            new += nodes
+        elif _key(n) not in gone:
+            new.append(n)  # protobuf keeps a removed message alive for its wrapper
+    del g.node[:]
+    g.node.extend(new)
+
+
+def _drop_unused(g: "onnx.GraphProto") -> None:
+    """Remove Constant nodes, initializers and value_info the rewrites left unreferenced (subgraphs' references
+    count)."""
+    used = _references(g) | {i.name for i in g.input}
+    nodes = [n for n in g.node if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or
+             any(o in used for o in n.output)]
+    del g.node[:]
+    g.node.extend(nodes)
+    produced = {o for n in g.node for o in n.output} | {i.name for i in g.input} | {t.name for t in g.initializer}
+    keep = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    info = [v for v in g.value_info if v.name in produced]
+    del g.value_info[:]
+    g.value_info.extend(info)
+
+
+def _references(g: "onnx.GraphProto") -> set[str]:
+    """Every tensor name read in ``g`` and its subgraphs, and ``g``'s outputs."""
+    names = {o.name for o in g.output}
+    for n in g.node:
+        names.update(n.input)
+        for a in n.attribute:
+            for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                names |= _references(sub)
+    return names
