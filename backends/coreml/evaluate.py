@@ -54,7 +54,7 @@ def _s(v):
 # elementwise -----------------------------------------------------------------------------------
 UNARY = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
          "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "inverse": lambda x: 1 / x,
-         "floor": np.floor, "ceil": np.ceil, "identity": lambda x: x}
+         "floor": np.floor, "ceil": np.ceil, "identity": lambda x: x, "cos": np.cos, "sin": np.sin}
 for _name, _f in UNARY.items():
     KERNELS[_name] = (lambda f: lambda x, **_: f(x).astype(x.dtype))(_f)
 
@@ -254,9 +254,14 @@ def einsum(values, equation, **_):
 def gather(x, indices, axis=0, **_):
     """Strict bounds: negative indices are out of bounds from iOS 17 on, so the lowering must have fixed them."""
     axis = int(_s(axis))
-    if np.any(indices < 0) or np.any(indices >= x.shape[axis]):
-        raise UnsupportedError(f"gather indices outside [0, {x.shape[axis]}) reached Core ML's gather")
-    return np.take(x, indices.astype(np.int64), axis=axis)
+    return np.take(x, _in_bounds("gather", indices, x.shape[axis]), axis=axis)
+
+
+def _in_bounds(op: str, indices: np.ndarray, size: int) -> np.ndarray:
+    """``indices`` as int64, refused when any is outside [0, size): Core ML's gathers do not wrap negatives."""
+    if np.any(indices < 0) or np.any(indices >= size):
+        raise UnsupportedError(f"{op} indices outside [0, {size}) reached Core ML's {op}")
+    return indices.astype(np.int64)
 
 
 @kernel("slice_by_index")
@@ -270,6 +275,33 @@ def slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, s
     if squeeze_mask is not None and any(squeeze_mask):
         y = np.squeeze(y, tuple(i for i, m in enumerate(squeeze_mask) if m))
     return y
+
+
+@kernel("gather_along_axis")
+def gather_along_axis(x, indices, axis=0, **_):
+    """Strict bounds, as ``gather``."""
+    axis = int(_s(axis))
+    return np.take_along_axis(x, _in_bounds("gather_along_axis", indices, x.shape[axis]), axis=axis)
+
+
+@kernel("band_part")
+def band_part(x, lower=-1, upper=-1, **_):
+    """x where (row i, column j of the last two axes) i - j <= lower and j - i <= upper (negative: unbounded)."""
+    lower, upper = int(_s(lower)), int(_s(upper))
+    i, j = np.indices(x.shape[-2:])
+    keep = ((lower < 0) | (i - j <= lower)) & ((upper < 0) | (j - i <= upper))
+    return np.where(keep, x, np.zeros((), x.dtype))
+
+
+@kernel("cumsum")
+def cumsum(x, axis=0, exclusive=False, reverse=False, **_):
+    axis = int(_s(axis))
+    v = np.flip(x, axis) if _s(reverse) else x
+    total = np.cumsum(v, axis=axis, dtype=x.dtype)
+    if _s(exclusive):
+        total = np.concatenate([np.zeros_like(np.take(total, [0], axis=axis)),
+                                np.take(total, np.arange(total.shape[axis] - 1), axis=axis)], axis=axis)
+    return np.flip(total, axis) if _s(reverse) else total
 
 
 @kernel("pad")

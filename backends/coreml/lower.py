@@ -198,10 +198,12 @@ def conv(ctx: Ctx):
                        dilations=ctx.attr("dilations", [1] * spatial), groups=ctx.attr("group", 1), name=ctx.name())
 
 
-@op("Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Abs", "Neg", "Reciprocal", "Floor", "Ceil")
+@op("Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Cos",
+    "Sin")
 def unary(ctx: Ctx):
     mil = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Exp": "exp", "Log": "log",
-           "Sqrt": "sqrt", "Abs": "abs", "Neg": None, "Reciprocal": "inverse", "Floor": "floor", "Ceil": "ceil"}
+           "Sqrt": "sqrt", "Abs": "abs", "Neg": None, "Reciprocal": "inverse", "Floor": "floor", "Ceil": "ceil",
+           "Cos": "cos", "Sin": "sin"}
     x = ctx.get(0)
     if ctx.node.op_type == "Neg":
         return ctx.mb.mul(x=x, y=np.float32(-1), name=ctx.name())
@@ -729,24 +731,27 @@ def layer_norm(ctx: Ctx):
 
 @op("Gather")
 def gather(ctx: Ctx):
-    x, indices = ctx.get(0), ctx.get(1)
+    x = ctx.get(0)
     axis = ctx.attr("axis", 0) % len(x.shape)
-    n = x.shape[axis]
-    # negative indices are out of bounds from iOS 17 on: make them non-negative here
-    if isinstance(indices, np.ndarray):
-        if not isinstance(n, (int, np.integer)) and (indices < 0).any():
-            ctx.refuse(f"negative indices into the flexible dim {axis} are not lowered")
-        indices = narrow(np.where(indices < 0, indices + (n if (indices < 0).any() else 0), indices))
-    else:  # at run time: select(idx < 0, idx + n, idx)
-        if np_dtype(indices) != np.int32:
-            indices = ctx.mb.cast(x=indices, dtype="int32")
-        size = np.int32(n) if isinstance(n, (int, np.integer)) else ctx.mb.gather(
-            x=ctx.mb.shape(x=x), indices=np.int32(axis), axis=0)
-        indices = ctx.mb.select(cond=ctx.mb.less(x=indices, y=np.int32(0)),
-                                a=ctx.mb.add(x=indices, y=size), b=indices)
+    indices = _nonnegative(ctx, x, ctx.get(1), axis)
     if isinstance(x, np.ndarray):  # a constant table (embeddings) looked up at run time
         x = narrow(x)
     return ctx.mb.gather(x=x, indices=indices, axis=axis, name=ctx.name())
+
+
+def _nonnegative(ctx: Ctx, x, indices, axis: int):
+    """Indices into ``axis`` of x made non-negative (negative ones are out of bounds from iOS 17 on), int32:
+    constants here, run-time ones by select(idx < 0, idx + n, idx)."""
+    n = x.shape[axis]
+    if isinstance(indices, np.ndarray):
+        if not isinstance(n, (int, np.integer)) and (indices < 0).any():
+            ctx.refuse(f"negative indices into the flexible dim {axis} are not lowered")
+        return narrow(np.where(indices < 0, indices + (n if (indices < 0).any() else 0), indices))
+    if np_dtype(indices) != np.int32:
+        indices = ctx.mb.cast(x=indices, dtype="int32")
+    size = np.int32(n) if isinstance(n, (int, np.integer)) else ctx.mb.gather(
+        x=ctx.mb.shape(x=x), indices=np.int32(axis), axis=0)
+    return ctx.mb.select(cond=ctx.mb.less(x=indices, y=np.int32(0)), a=ctx.mb.add(x=indices, y=size), b=indices)
 
 
 @op("Slice")
@@ -1123,10 +1128,10 @@ def split(ctx: Ctx):
 @op("Expand")
 def expand(ctx: Ctx):
     """Broadcast to ``shape``: expand_dims to the output rank, then tile the dims that are 1."""
-    x, shape = ctx.get(0), [_py_int(d) for d in ctx.const(1, "shape")]
-    if not _static(shape):  # flexible sizes: broadcast against zeros of that shape, computed at run time
-        zeros = ctx.mb.fill(shape=runtime_shape(ctx, np.array(shape, dtype=object)), value=np.zeros((), np_dtype(x)))
-        return ctx.mb.add(x=x, y=zeros, name=ctx.name())
+    x, shape = ctx.get(0), ctx.get(1, raw=True)
+    if not isinstance(shape, np.ndarray) or not _static([_py_int(d) for d in shape]):
+        return _expand_at_run_time(ctx, x, shape)
+    shape = [int(d) for d in shape]
     rank = max(x.rank, len(shape))
     if x.rank < rank:
         x = ctx.mb.expand_dims(x=x, axes=list(range(rank - x.rank)))
@@ -1139,6 +1144,20 @@ def expand(ctx: Ctx):
     if all(r == 1 for r in reps):
         return ctx.mb.identity(x=x, name=ctx.name())
     return ctx.mb.tile(x=x, reps=np.array(reps, np.int32), name=ctx.name())
+
+
+def _expand_at_run_time(ctx: Ctx, x, shape):
+    """Expand to a shape known at run time only (flexible sizes, or computed from data): x plus zeros of that
+    shape, which broadcasts both ways as ONNX's Expand (booleans go through int32)."""
+    if isinstance(shape, np.ndarray):
+        shape = runtime_shape(ctx, np.array([_py_int(d) for d in shape], dtype=object))
+    elif np_dtype(shape) != np.int32:
+        shape = ctx.mb.cast(x=shape, dtype="int32")
+    x = narrow(x) if isinstance(x, np.ndarray) else x
+    boolean = np_dtype(x) == np.bool_
+    x = (x.astype(np.int32) if isinstance(x, np.ndarray) else ctx.mb.cast(x=x, dtype="int32")) if boolean else x
+    y = ctx.mb.add(x=x, y=ctx.mb.fill(shape=shape, value=np.zeros((), np_dtype(x))))
+    return ctx.mb.cast(x=y, dtype="bool", name=ctx.name()) if boolean else ctx.mb.identity(x=y, name=ctx.name())
 
 
 @op("ConstantOfShape")
@@ -1179,7 +1198,10 @@ COMPARE = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessOrEqual"
 
 @op(*COMPARE)
 def compare(ctx: Ctx):
+    """MIL compares numbers only: booleans (ONNX's Equal takes them) are compared as int32 0/1."""
     x, y = same_dtype(ctx, ctx.get(0), ctx.get(1))
+    if np_dtype(x) == np.bool_:
+        x, y = (v.astype(np.int32) if isinstance(v, np.ndarray) else ctx.mb.cast(x=v, dtype="int32") for v in (x, y))
     return getattr(ctx.mb, COMPARE[ctx.node.op_type])(x=x, y=y, name=ctx.name())
 
 
@@ -1298,3 +1320,70 @@ def einsum(ctx: Ctx):
                                  name=ctx.name())
     ctx.refuse(f"equation '{eq}' is neither MIL's einsum form ('nchw,nwhu->nchu', 'chw,whr->chr') "
                "nor a batched matrix product")
+
+
+@op("CumSum")
+def cumsum(ctx: Ctx):
+    """MIL's cumsum has ONNX's ``exclusive`` and ``reverse``; the axis must be a constant."""
+    x, axis = ctx.get(0), ctx.const(1, "axis")
+    if axis is None or axis.dtype == object:
+        ctx.refuse("its axis must be a constant for Core ML")
+    return ctx.mb.cumsum(x=x, axis=int(axis.reshape(-1)[0]) % len(x.shape), exclusive=bool(ctx.attr("exclusive", 0)),
+                         reverse=bool(ctx.attr("reverse", 0)), name=ctx.name())
+
+
+@op("GatherElements")
+def gather_elements(ctx: Ctx):
+    """MIL's gather_along_axis; it wants x's sizes off the axis, so x is cut to smaller static index sizes."""
+    x = ctx.get(0)
+    x = narrow(x) if isinstance(x, np.ndarray) else x
+    axis = ctx.attr("axis", 0) % len(x.shape)
+    indices = _nonnegative(ctx, x, ctx.get(1), axis)
+    ends = [i if a != axis and _static([d, i]) and i < d else 0 for a, (d, i) in enumerate(zip(x.shape, indices.shape))]
+    if any(ends):
+        x = ctx.mb.slice_by_index(x=x, begin=np.zeros(len(ends), np.int32), end=np.array(ends, np.int32),
+                                  end_mask=[e == 0 for e in ends])
+    return ctx.mb.gather_along_axis(x=x, indices=indices, axis=axis, name=ctx.name())
+
+
+@op("IsNaN")
+def is_nan(ctx: Ctx):
+    """NaN is the only value not equal to itself (MIL has no isnan)."""
+    x = ctx.get(0)
+    return ctx.mb.not_equal(x=x, y=x, name=ctx.name())
+
+
+@op("Trilu")
+def trilu(ctx: Ctx):
+    """x where the last two axes' (row i, column j) keep j - i >= k (upper) or j - i <= k (lower), else 0:
+    a constant mask for static sizes, else one from ``band_part`` over ones of x's run-time shape."""
+    x, k = ctx.get(0), ctx.const(1, "k") if len(ctx.node.input) > 1 and ctx.node.input[1] else np.zeros(1)
+    if k.dtype == object:
+        ctx.refuse("its k must be a constant for Core ML")
+    k, upper = int(np.clip(k.reshape(-1)[0], INT32.min + 1, INT32.max - 1)), bool(ctx.attr("upper", 1))
+    zero = np.zeros((), np_dtype(x))
+    rows, cols = x.shape[-2:]
+    if _static([rows, cols]):
+        fn = np.triu if upper else np.tril
+        keep = fn(np.ones((int(rows), int(cols)), np.bool_), k)
+        return ctx.mb.select(cond=keep, a=x, b=zero, name=ctx.name())
+    # band_part(ones, lower, upper) keeps i - j <= lower and j - i <= upper (-1: no bound)
+    if upper:
+        band, kept = ((-k, -1), True) if k <= 0 else ((-1, k - 1), False)
+    else:
+        band, kept = ((-1, k), True) if k >= 0 else ((-k - 1, -1), False)
+    last_two = ctx.mb.slice_by_index(x=ctx.mb.shape(x=x), begin=np.array([len(x.shape) - 2], np.int32),
+                                     end=np.array([len(x.shape)], np.int32))
+    ones = ctx.mb.fill(shape=last_two, value=np.float32(1))
+    mask = ctx.mb.cast(x=ctx.mb.band_part(x=ones, lower=np.int32(band[0]), upper=np.int32(band[1])), dtype="bool")
+    return ctx.mb.select(cond=mask, a=x, b=zero, name=ctx.name()) if kept else \
+        ctx.mb.select(cond=mask, a=zero, b=x, name=ctx.name())
+
+
+@op("Shape")
+def shape_of_shape_value(ctx: Ctx):
+    """Reached only for a folded shape value that holds flexible sizes, e.g. torch's Shape of a Reshape of a
+    Shape chain (a var's Shape is folded, its flexible dims read back at run time by ``runtime_shape``): that
+    value's own shape is static."""
+    dims = np.array(ctx.const(0, "input").shape, np.int64)
+    return dims[slice(ctx.attr("start", 0), ctx.attr("end", len(dims)))]
