@@ -354,8 +354,8 @@ def problems(dlc: Dlc) -> list[str]:
         out.add(f"'model.params' has FlatBuffer identifier {dlc.identifiers.get(PARAMS)!r}, expected 'NETP'")
     if dlc.version[0] != 4:
         out.add(f"DLC header version {dlc.version[0]}.{dlc.version[1]}, expected 4.x")
-    if WEIGHTS not in dlc.entries:
-        out.add("no model.params.bin entry")
+    if WEIGHTS not in dlc.entries and dlc.weights:  # a graph without weights has no blob
+        out.add(f"no model.params.bin entry for its {len(dlc.weights)} weight(s)")
     if not dlc.graphs:
         out.add("no graph")
     for offset, size in dlc.weights.values():

@@ -131,7 +131,24 @@ def op_blockers(model: "onnx.ModelProto", *, folded: bool) -> list[str]:
         elif node.op_type not in QNN_OPS and (folded or node.op_type not in FOLDED_AWAY):
             out.append(f"node '{node.name or f'#{i}'}' ({node.op_type}) has no QNN op: the QNN execution provider "
                        "cannot take it")
+        elif _crashes_qnn(node):
+            out.append(f"node '{node.name or f'#{i}'}' ({node.op_type}) pads one side more than the other without "
+                       "counting the padding (count_include_pad=0): onnxruntime-qnn's HTP crashes on it")
     return out
+
+
+def _crashes_qnn(node: "onnx.NodeProto") -> bool:
+    """An AveragePool onnxruntime-qnn 2.7's HTP simulator crashes on (SIGSEGV, measured): asymmetric padding
+    (explicit, or auto_pad SAME_*) with count_include_pad=0."""
+    if node.op_type != "AveragePool":
+        return False
+    attrs = {a.name: a for a in node.attribute}
+    if "count_include_pad" in attrs and attrs["count_include_pad"].i:
+        return False
+    if "auto_pad" in attrs and attrs["auto_pad"].s in (b"SAME_UPPER", b"SAME_LOWER"):
+        return True
+    pads = list(attrs["pads"].ints) if "pads" in attrs else []
+    return pads[:len(pads) // 2] != pads[len(pads) // 2:]
 
 
 def opset_blockers(model: "onnx.ModelProto") -> list[str]:

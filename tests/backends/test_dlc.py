@@ -609,3 +609,34 @@ def test_a_crafted_dlc_cannot_make_the_reader_slow(tmp_path, cli, cnn_dlc):
     assert time.perf_counter() - t < 5
     onnx_path, _, _ = cnn_dlc
     assert cli("validate", onnx_path, path).exit_code == 2
+
+
+def test_a_model_without_weights_converts_and_validates(tmp_path):
+    """QnnIr writes no model.params.bin for a graph without weights: that DLC is well formed."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    src = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
+    result = onnxbridge.convert(str(src), to="dlc", output=str(tmp_path / "relu.dlc"))
+    assert result.report["status"] == "passed"
+    dlc = container.read(tmp_path / "relu.dlc")
+    assert container.WEIGHTS not in dlc.entries and container.problems(dlc) == []
+    assert onnxbridge.validate(str(src), str(tmp_path / "relu.dlc"))["status"] == "passed"
+
+
+@pytest.mark.parametrize("attrs", [{"pads": [0, 0, 1, 1]}, {"auto_pad": "SAME_UPPER"}])
+def test_an_average_pool_the_htp_crashes_on_is_refused(tmp_path, attrs):
+    """onnxruntime-qnn's HTP simulator dies (SIGSEGV) on AveragePool with asymmetric padding it does not count."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    src = tmp_path / "pool.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
+    with pytest.raises(UnsupportedError, match="count_include_pad=0"):
+        onnxbridge.convert(str(src), to="dlc", output=str(tmp_path / "pool.dlc"))
+    assert not (tmp_path / "pool.dlc").exists()
+    from onnxbridge.spine import check_targets
+
+    blockers = check_targets(str(src), ["dlc"])["blockers"]
+    assert any("onnxruntime-qnn's HTP crashes on it" in b for b in blockers)
