@@ -187,10 +187,13 @@ def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibrat
     from onnxbridge.backends.dlc.quantize import batches, qdq
     from onnxbridge.worker import RunnerSpec
 
-    shapes = dict(getattr(context, "input_shapes", None) or {})
+    shapes, from_sample = _static_shapes(onnx_path, context)
     # the SDK's converter has its own op coverage: only the QnnIr path is held to the QNN EP's op table
-    prepared = prepare(onnx_path, folder, {k: list(v) for k, v in shapes.items()}, check_ops=found is None)
+    prepared = prepare(onnx_path, folder, shapes, check_ops=found is None)
     notes = list(prepared.notes)
+    if from_sample:
+        notes.append("a DLC has static shapes: dynamic inputs fixed at the sample's shapes ("
+                     + ", ".join(f"{n} {shapes[n]}" for n in from_sample) + "; --input-shape chooses others)")
     model_path = prepared.path
     feeds = batches(calibration, prepared.input_shapes) if precision == "int8" else None
     if precision == "fp16":
@@ -343,17 +346,32 @@ def _reserialize(dlc: container.Dlc, onnx_path: Path, folder: Path) -> tuple[Pat
     return model_path, ref_path, ref
 
 
+def _static_shapes(onnx_path: Path, context) -> tuple[dict[str, list[int]], list[str]]:
+    """Each input's static shape: ``--input-shape`` where given, else the sample's for an input with dynamic dims
+    (whose names are the second item); inputs with static dims are left to the model."""
+    from onnxbridge.backends.dlc.prepare import graph_inputs, input_dims
+    from onnxbridge.fileio import load_onnx
+
+    shapes = {k: list(v) for k, v in (getattr(context, "input_shapes", None) or {}).items()}
+    sample = getattr(context, "sample_shapes", None) or {}
+    dynamic = [i.name for i in graph_inputs(load_onnx(onnx_path))
+               if any(not isinstance(d, int) or d <= 0 for d in input_dims(i))]
+    from_sample = [n for n in dynamic if n not in shapes and n in sample]
+    shapes.update({n: list(sample[n]) for n in from_sample})
+    return shapes, from_sample
+
+
 def _input_shapes(dlc: container.Dlc, onnx_path: Path) -> dict[str, list[int]]:
     """The DLC's input shapes by the ONNX model's input names (the QNN EP may have sanitized them);
     ArtifactMismatch when the DLC's inputs cannot be the model's (names, ranks, fixed dims)."""
-    from onnxbridge.backends.dlc.prepare import _dims
+    from onnxbridge.backends.dlc.prepare import input_dims
     from onnxbridge.fileio import load_onnx
 
     try:
         model = load_onnx(onnx_path, load_external_data=False)
     except (BadInputError, OSError) as exc:
         raise HopSkipped(f"the DLC's ONNX model cannot be read: {' '.join(str(exc).split())[:300]}") from None
-    want = {v.name: _dims(v) for v in graph_inputs(model)}
+    want = {v.name: input_dims(v) for v in graph_inputs(model)}
     have = {t.name: t.shape for g in dlc.graphs for t in g.io("input")}
     shapes, problems = {}, container.Lines()
     for name, dims in want.items():

@@ -47,7 +47,7 @@ class Prepared:
     notes: list[str] = field(default_factory=list)
 
 
-def _dims(value) -> list:
+def input_dims(value) -> list:
     t = value.type.tensor_type
     return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in t.shape.dim]
 
@@ -59,7 +59,7 @@ def graph_inputs(model: "onnx.ModelProto") -> list:
 
 def shape_blockers(model: "onnx.ModelProto", input_shapes: dict) -> list[str]:
     """Inputs whose shapes stay dynamic, or that ``input_shapes`` names wrongly."""
-    inputs = {i.name: _dims(i) for i in graph_inputs(model)}
+    inputs = {i.name: input_dims(i) for i in graph_inputs(model)}
     out = [f"--input-shape names '{n}', which is not an input (inputs: {', '.join(inputs)})"
            for n in input_shapes if n not in inputs]
     for name, dims in inputs.items():
@@ -100,7 +100,7 @@ def size_blockers(model: "onnx.ModelProto") -> list[str]:
     except Exception:  # noqa: BLE001 - the shapes the model declares are checked still
         pass
     g = model.graph
-    shapes = {v.name: _dims(v) for v in [*g.input, *g.value_info, *g.output]}
+    shapes = {v.name: input_dims(v) for v in [*g.input, *g.value_info, *g.output]}
     shapes.update({t.name: list(t.dims) for t in g.initializer})
     return [b for name, dims in shapes.items() if all(isinstance(d, int) and d > 0 for d in dims)
             for b in _too_big(f"tensor '{name}'", dims)]
@@ -166,7 +166,7 @@ def _fix_shapes(model: "onnx.ModelProto", input_shapes: dict) -> dict[str, list[
         given = input_shapes.get(value.name)
         if given is None:
             continue
-        if [int(g) for g in given] != _dims(value):
+        if [int(g) for g in given] != input_dims(value):
             fixed[value.name] = [int(g) for g in given]
         for dim, size in zip(value.type.tensor_type.shape.dim, given):
             dim.Clear()
@@ -236,5 +236,5 @@ def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: boo
     if blocked:
         raise UnsupportedError("; ".join(blocked), hint="replace those ops, or cut the graph before them")
     onnx.save(model, prepared)
-    shapes = {i.name: _dims(i) for i in graph_inputs(model)}
+    shapes = {i.name: input_dims(i) for i in graph_inputs(model)}
     return Prepared(prepared, default_opset(model), shapes, fixed, notes)

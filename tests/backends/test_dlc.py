@@ -640,3 +640,17 @@ def test_an_average_pool_the_htp_crashes_on_is_refused(tmp_path, attrs):
 
     blockers = check_targets(str(src), ["dlc"])["blockers"]
     assert any("onnxruntime-qnn's HTP crashes on it" in b for b in blockers)
+
+
+def test_dynamic_inputs_take_the_sample_shapes(tmp_path):
+    """A model with dynamic dims converts without --input-shape: the DLC is fixed at the sample's shapes."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    src = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
+    rep = onnxbridge.convert(str(src), {"x": np.ones((3, 4), np.float32)}, to="dlc",
+                             output=str(tmp_path / "dyn.dlc")).report
+    assert rep["status"] == "passed" and rep["hops"][-1]["status"] == "passed"
+    assert any("fixed at the sample's shapes (x [3, 4]" in n for n in rep["notes"])
+    assert rep["artifact"]["backend"]["input_shapes"] == {"x": [3, 4]}
