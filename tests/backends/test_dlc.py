@@ -147,10 +147,12 @@ def test_calibration_is_checked(tmp_path):
     assert not list(tmp_path.glob("*.dlc"))
 
 
-def test_dynamic_input_needs_input_shape(cli, tmp_path):
+def test_dynamic_input_takes_input_shape(cli, tmp_path):
     src = _conv_relu(tmp_path / "dyn.onnx")
-    assert_one_line_error(cli("convert", src, "--to", "dlc", "-o", tmp_path / "a.dlc"), 2,
-                          "input 'x' has dynamic dims ['N', 3, 8, 8]", "--input-shape x:N,3,8,8")
+    # check has no sample: it names the flag; convert takes the sample's shape (test_dynamic_inputs_take_...)
+    checked = cli("check", src, "--targets", "dlc")
+    assert checked.exit_code == 2 and "input 'x' has dynamic dims ['N', 3, 8, 8]" in checked.stdout
+    assert "--input-shape x:N,3,8,8" in checked.stdout
     out = tmp_path / "b.dlc"
     res = cli("convert", src, "--to", "dlc", "-o", out, "--input-shape", "x:2,3,8,8", "--report", tmp_path / "r.json")
     rep = check_report(tmp_path / "r.json")
