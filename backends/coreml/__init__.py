@@ -23,13 +23,16 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
 
 def check(onnx_path: Path, context=None) -> list[str]:
     """Everything a build for ``context.target`` (default iOS16, as ``build``) would refuse, without converting: ops
-    with no lowering, unsupported attributes, rank > 5, ops newer than the target (naming the one that works),
-    unsupported input dtypes. Each names node, op and reason."""
+    with no lowering, unsupported attributes, rank > 5 (after the Core ML legalization rules), ops newer than the
+    target (naming the one that works), unsupported input dtypes. Each names node, op and reason."""
     from onnxbridge.backends.coreml.onnx_file import read_onnx
     from onnxbridge.backends.coreml.package import check as check_model
+    from onnxbridge.backends.coreml.package import legalize
 
     target = getattr(context, "target", None) or "iOS16"
-    return check_model(read_onnx(Path(onnx_path)), target, input_shapes=getattr(context, "input_shapes", None) or {})
+    input_shapes = getattr(context, "input_shapes", None) or {}
+    model, _ = legalize(read_onnx(Path(onnx_path)), input_shapes)
+    return check_model(model, target, input_shapes=input_shapes)
 
 
 def runner(path: Path, *, onnx_path: Path | None = None):

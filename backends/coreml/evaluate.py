@@ -277,6 +277,13 @@ def slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, s
     return y
 
 
+@kernel("gather_nd")
+def gather_nd(x, indices, batch_dims=0, **_):
+    """Strict bounds per picked dim, as ``gather``; ``batch_dims`` 0 (all the lowering emits)."""
+    columns = [_in_bounds("gather_nd", indices[..., k], x.shape[k]) for k in range(indices.shape[-1])]
+    return x[tuple(columns)]
+
+
 @kernel("gather_along_axis")
 def gather_along_axis(x, indices, axis=0, **_):
     """Strict bounds, as ``gather``."""

@@ -100,7 +100,7 @@ def narrow(v: np.ndarray) -> np.ndarray:
     """A constant in a dtype MIL has: integers -> int32 (saturating: INT64_MAX must not wrap to -1),
     fp64 -> fp32."""
     if v.dtype.kind in "iu" and v.dtype != np.int32:
-        return np.clip(v, INT32.min, INT32.max).astype(np.int32)
+        return np.asarray(np.clip(v, INT32.min, INT32.max), np.int32)  # np.clip gives a 0-d array a numpy scalar
     return v.astype(np.float32) if v.dtype == np.float64 else v
 
 
@@ -206,7 +206,7 @@ def unary(ctx: Ctx):
            "Cos": "cos", "Sin": "sin"}
     x = ctx.get(0)
     if ctx.node.op_type == "Neg":
-        return ctx.mb.mul(x=x, y=np.float32(-1), name=ctx.name())
+        return ctx.mb.mul(x=x, y=np.array(-1, np_dtype(x)), name=ctx.name())  # integer positions too
     return getattr(ctx.mb, mil[ctx.node.op_type])(x=x, name=ctx.name())
 
 
@@ -684,10 +684,10 @@ def clip(ctx: Ctx):
     x = ctx.get(0)
     low, high = (ctx.attr("min"), ctx.attr("max")) if ctx.opset < 11 else (ctx.const(1, "min"), ctx.const(2, "max"))
     y = x
-    if low is not None:
-        y = ctx.mb.maximum(x=y, y=np.float32(low))
-    if high is not None:
-        y = ctx.mb.minimum(x=y, y=np.float32(high))
+    for bound, fn in ((low, ctx.mb.maximum), (high, ctx.mb.minimum)):
+        if bound is not None:  # in x's dtype (integer clamps too)
+            y, bound = same_dtype(ctx, y, np.asarray(bound))
+            y = fn(x=y, y=bound)
     return ctx.mb.identity(x=y, name=ctx.name())
 
 
@@ -754,6 +754,31 @@ def _nonnegative(ctx: Ctx, x, indices, axis: int):
     return ctx.mb.select(cond=ctx.mb.less(x=indices, y=np.int32(0)), a=ctx.mb.add(x=indices, y=size), b=indices)
 
 
+@op("GatherND")
+def gather_nd(ctx: Ctx):
+    """Rows of x picked by the last axis of ``indices`` (``batch_dims`` 0: what ``weight[idx]`` exports as);
+    negative indices made non-negative, per picked dim, as ``Gather``'s are."""
+    x, indices = ctx.get(0), ctx.get(1)
+    if ctx.attr("batch_dims", 0):
+        ctx.refuse("batch_dims is not lowered")
+    depth = indices.shape[-1]
+    if not isinstance(depth, (int, np.integer)) or depth > len(x.shape):
+        ctx.refuse(f"indices of shape {list(indices.shape)} into x of shape {list(x.shape)} are not lowered")
+    x = narrow(x) if isinstance(x, np.ndarray) else x
+    dims = list(x.shape[:depth])
+    if isinstance(indices, np.ndarray):
+        if (indices < 0).any() and not _static(dims):
+            ctx.refuse("negative indices into flexible dims are not lowered")
+        sizes = np.array([int(d) if isinstance(d, (int, np.integer)) else 0 for d in dims], np.int64)
+        return ctx.mb.gather_nd(x=x, indices=narrow(np.where(indices < 0, indices + sizes, indices)),
+                                name=ctx.name())
+    indices = indices if np_dtype(indices) == np.int32 else ctx.mb.cast(x=indices, dtype="int32")
+    sizes = np.array(dims, np.int32) if _static(dims) else ctx.mb.slice_by_index(
+        x=ctx.mb.shape(x=x), begin=np.array([0], np.int32), end=np.array([depth], np.int32))
+    fixed = ctx.mb.select(cond=ctx.mb.less(x=indices, y=np.int32(0)), a=ctx.mb.add(x=indices, y=sizes), b=indices)
+    return ctx.mb.gather_nd(x=x, indices=fixed, name=ctx.name())
+
+
 @op("Slice")
 def slice_(ctx: Ctx):
     """Constant starts/ends/axes/steps. Axes with negative steps are reversed first (``reverse``), so the
@@ -787,18 +812,21 @@ def slice_(ctx: Ctx):
         elif isinstance(n, (int, np.integer)):
             # saturate: INT64_MAX means "to the end" and must not wrap when narrowed to int32
             begin[a], end[a], end_mask[a] = _clamp(s, n), _clamp(e, n), False
-        elif s < 0 or e < 0 and e > -2 ** 31:
-            ctx.refuse(f"negative starts/ends on the flexible dim {a} are not lowered")
-        else:  # a flexible dim: begin as given, to the end when ``e`` is "to the end"
-            begin[a] = int(s)
+        else:  # a flexible dim: MIL indices count from the end when negative and clamp, as ONNX's do
+            begin[a] = _saturate(s)
             if e < INT32.max:
-                end[a], end_mask[a] = int(e), False
+                end[a], end_mask[a] = _saturate(e), False
     if flipped:
         x = ctx.mb.reverse(x=x, axes=sorted(flipped))
         if all(begin[a] == 0 and end_mask[a] and stride[a] == 1 for a in range(x.rank)):
             return ctx.mb.identity(x=x, name=ctx.name())
     return ctx.mb.slice_by_index(x=x, begin=np.array(begin, np.int32), end=np.array(end, np.int32),
                                  stride=np.array(stride, np.int32), end_mask=end_mask, name=ctx.name())
+
+
+def _saturate(index: int) -> int:
+    """An ONNX slice index as int32 (INT64_MIN/MAX mean "from the start"/"to the end" and stay so)."""
+    return int(min(max(index, INT32.min), INT32.max))
 
 
 def _clamp(index: int, n: int) -> int:

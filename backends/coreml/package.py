@@ -424,6 +424,35 @@ def _rejection(exc: Exception, target: str) -> str:
     return f"Core ML rejects the lowering: {text[:300]}"
 
 
+def legalize(model: "onnx.ModelProto", input_shapes: dict | None = None) -> tuple["onnx.ModelProto", list[str]]:
+    """``model`` with the Core ML legalization rules applied, and which fired on which node. ``input_shapes``
+    (``--input-shape``) fix flexible input dims first, as the build does, so rules needing static shapes see them."""
+    from onnxbridge.legalize import apply
+    from onnxbridge.legalize.coreml import COREML_RULES
+
+    return apply(_with_input_shapes(model, input_shapes or {}), COREML_RULES)
+
+
+def _with_input_shapes(model: "onnx.ModelProto", input_shapes: dict) -> "onnx.ModelProto":
+    """A copy of ``model`` whose flexible input dims have the sizes ``input_shapes`` gives (inputs of another rank
+    are left for ``program`` to refuse), without the value_info naming the old dims; ``model`` when none is given."""
+    import onnx
+
+    if not input_shapes:
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for vi in out.graph.input:
+        dims, given = vi.type.tensor_type.shape.dim, input_shapes.get(vi.name)
+        if given is None or len(given) != len(dims):
+            continue
+        for dim, size in zip(dims, given):
+            if not dim.dim_value > 0 and isinstance(size, int) and size > 0:
+                dim.dim_value = size  # clears dim_param (a oneof)
+    del out.graph.value_info[:]
+    return out
+
+
 def check(model: "onnx.ModelProto", target: str = "iOS16", input_shapes: dict | None = None) -> list[str]:
     """Everything a build for ``target`` would refuse, each naming node, op and reason (no conversion)."""
     if target not in TARGETS:
@@ -533,8 +562,8 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
         raise BadInputError(f"unknown Core ML target '{target}'; known: {', '.join(TARGETS)}")
     check_precision(precision, target)
     compute_name, _ = APPLIED[precision]
-    model = read_onnx(Path(onnx_path))
-    notes: list[str] = []
+    model, fired = legalize(read_onnx(Path(onnx_path)), input_shapes)
+    notes = ["legalized for Core ML: " + ", ".join(fired)] if fired else []
     prog = program(model, target, dynamic, sample_shapes, notes, input_shapes, fp16=compute_name == "fp16")
     compute = ct.precision.FLOAT16 if compute_name == "fp16" else ct.precision.FLOAT32
     from onnxbridge.quiet import native_output_silenced, quiet
