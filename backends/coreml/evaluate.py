@@ -54,7 +54,8 @@ def _s(v):
 # elementwise -----------------------------------------------------------------------------------
 UNARY = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
          "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "inverse": lambda x: 1 / x,
-         "floor": np.floor, "ceil": np.ceil, "identity": lambda x: x, "cos": np.cos, "sin": np.sin}
+         "floor": np.floor, "ceil": np.ceil, "identity": lambda x: x, "cos": np.cos, "sin": np.sin,
+         "silu": lambda x: x / (1 + np.exp(-x))}  # silu: what coremltools fuses x * sigmoid(x) into
 for _name, _f in UNARY.items():
     KERNELS[_name] = (lambda f: lambda x, **_: f(x).astype(x.dtype))(_f)
 

@@ -438,8 +438,11 @@ def resize(ctx: Ctx):
     """Nearest: MIL's integer upsample where it has ONNX's meaning, else a ``gather`` per resized axis with the
     source indices ONNX computes (any coordinate mode but tf_crop_and_resize, any ``nearest_mode``). Linear: MIL's
     bilinear ops where they sample as ONNX (``sizes`` known only at run time: iOS 17's ``resize``), else, as for
-    cubic, a constant interpolation matrix per resized axis (``matmul``)."""
+    cubic, a constant interpolation matrix per resized axis (``matmul``). A constant ``x`` resized to run-time
+    sizes (a position table to the patch grid) becomes a MIL const first."""
     x = ctx.get(0)
+    if isinstance(x, np.ndarray):
+        x = ctx.mb.const(val=x)
     mode = ctx.attr("mode", "nearest")
     if ctx.node.op_type == "Upsample" or ctx.opset < 11:  # scales only; floor, or ceil when shrinking
         given = np.array(ctx.attr("scales"), np.float32) if ctx.attr("scales") else ctx.const(1, "scales")
@@ -782,8 +785,11 @@ def gather_nd(ctx: Ctx):
 @op("Slice")
 def slice_(ctx: Ctx):
     """Constant starts/ends/axes/steps. Axes with negative steps are reversed first (``reverse``), so the
-    slice itself always runs forwards: ``x[s:e:-k]`` is ``reverse(x)[n-1-s : n-1-e : k]``."""
+    slice itself always runs forwards: ``x[s:e:-k]`` is ``reverse(x)[n-1-s : n-1-e : k]``. A constant ``x`` cut at
+    run-time sizes (a position table to the sequence length) becomes a MIL const first."""
     x = ctx.get(0)
+    if isinstance(x, np.ndarray):
+        x = ctx.mb.const(val=x)
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
     else:

@@ -226,6 +226,8 @@ def _input_problem(kind: str, dims: list) -> str | None:
     """Why Core ML cannot take an input of ONNX type ``kind`` with ``dims`` (``_input_dims``), None if it can."""
     if kind not in INPUT_DTYPES:
         return f"is {kind}; Core ML inputs are float or integer tensors"
+    if not dims:
+        return f"is a scalar (rank 0); Core ML inputs have rank 1 to {MAX_RANK}"
     if len(dims) > MAX_RANK:
         return f"has rank {len(dims)}; Core ML allows rank <= {MAX_RANK}"
     big = [d for d in dims if isinstance(d, int) and d > INT32.max]
@@ -428,7 +430,7 @@ def legalize(model: "onnx.ModelProto", input_shapes: dict | None = None) -> tupl
     """``model`` with the Core ML legalization rules applied, and which fired on which node. ``input_shapes``
     (``--input-shape``) fix flexible input dims first, as the build does, so rules needing static shapes see them."""
     from onnxbridge.legalize import apply
-    from onnxbridge.legalize.coreml import COREML_RULES
+    from onnxbridge.legalize.rules import COREML_RULES
 
     return apply(_with_input_shapes(model, input_shapes or {}), COREML_RULES)
 

@@ -1,5 +1,6 @@
-"""Rules for onnxruntime's QNN execution provider (the DLC backend): rewrite the ops it refuses into ops it takes,
-exactly (or up to float rounding). A lone ``Erf`` has no exact rewrite and is left for the backend to refuse."""
+"""Rule sets per backend, and the rules for onnxruntime's QNN execution provider (the DLC backend): rewrite the ops
+it refuses into ops it takes, exactly (or up to float rounding). A lone ``Erf`` has no exact rewrite and is left for
+the backend to refuse."""
 from __future__ import annotations
 
 import math
@@ -8,6 +9,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from onnxbridge.legalize import Graph, Match, Rule
+from onnxbridge.legalize.rank import RANK6_TRANSPOSE
 
 FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
 GELU_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)  # what com.microsoft::Gelu and ONNX Gelu share
@@ -203,4 +205,6 @@ TRILU = Rule("trilu-to-where-mask", _single("Trilu"), trilu_condition, trilu_rep
 CUMSUM = Rule("cumsum-to-matmul", _single("CumSum"), cumsum_condition, cumsum_replacement)
 IDENTITY = Rule("identity-to-reshape", _single("Identity"), identity_condition, identity_replacement)
 # the rules the DLC backend applies to its prepared model, for onnxruntime's QNN execution provider
-QNN_RULES = (GELU, ISNAN, TRILU, CUMSUM, IDENTITY)
+QNN_RULES = (GELU, ISNAN, TRILU, CUMSUM, IDENTITY, RANK6_TRANSPOSE)
+# the rules the Core ML backend applies before lowering
+COREML_RULES = (RANK6_TRANSPOSE,)

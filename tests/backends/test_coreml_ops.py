@@ -232,3 +232,20 @@ def test_check_no_longer_lists_the_ops(cli, tmp_path):
     onnx.save(model, tmp_path / "all.onnx")
     res = cli("check", tmp_path / "all.onnx", "--targets", "coreml")
     assert res.exit_code == 0 and "coreml: can convert" in res.output, res.output
+
+
+def test_a_scalar_input_is_refused_by_name(tmp_path):
+    """Core ML inputs have rank 1 to 5: a rank-0 graph input (Clip's min, CumSum's axis) is a blocker, not a crash
+    inside coremltools."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Clip", ["x", "lo"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                                            helper.make_tensor_value_info("lo", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    src = tmp_path / "clip.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), src)
+    from onnxbridge.spine import check_targets
+
+    assert check_targets(str(src), ["coreml"])["blockers"] == [
+        "coreml: input 'lo' is a scalar (rank 0); Core ML inputs have rank 1 to 5"]

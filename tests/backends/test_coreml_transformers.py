@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxbridge
 from onnxbridge.backends.coreml.package import Runner, build
-from onnxbridge.legalize.coreml import merge_runs
+from onnxbridge.legalize.rank import merge_runs
 
 pytest.importorskip("coremltools")
 pytest.importorskip("torch")

@@ -1,6 +1,6 @@
-"""Rules for the Core ML backend: rewrite what Core ML cannot take into what it can, exactly.
+"""Rank rules: Core ML and QNN tensors have rank <= 5; rewrite higher-rank data movement exactly.
 
-Core ML tensors have rank <= 5. Swin's window partition and reverse (``x.view(B, H//w, w, W//w, w, C)
+Swin's window partition and reverse (``x.view(B, H//w, w, W//w, w, C)
 .permute(0, 1, 3, 2, 4, 5).reshape(-1, w, w, C)``) export as Reshape to rank 6, Transpose, Reshape back: the
 dims a permutation keeps together and in order (here B with H//w, and w with C) move as one, so the same data
 movement is a Reshape to the merged dims, a Transpose of those, and the final Reshape."""
@@ -75,5 +75,3 @@ def rank6_replacement(graph: Graph, match: Match) -> list:
 
 
 RANK6_TRANSPOSE = Rule("rank6-reshape-transpose-to-rank5", rank6_pattern, rank6_condition, rank6_replacement)
-# in the order applied, for the Core ML backend
-COREML_RULES = (RANK6_TRANSPOSE,)
