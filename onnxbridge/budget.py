@@ -68,8 +68,10 @@ def check_model(model: "onnx.ModelProto", what: str) -> None:
     """Refuse a model that would make a tensor over the limit from constants alone (``what``: the model, in words):
     ConstantOfShape, Expand, Tile, Range, Resize and OneHot whose sizes are constants (initializers, Constant nodes,
     or Concat/Identity/Cast of them). Pure Python: onnx's shape inference crashes on malformed graphs."""
+    from onnxbridge.fileio import graphs
+
     limit = tensor_limit()
-    for graph in _graphs(model.graph):
+    for graph in graphs(model.graph):
         consts: dict[str, "np.ndarray"] = {}
         shapes = {t.name: list(t.dims) for t in graph.initializer}
         for vi in graph.input:
@@ -82,14 +84,6 @@ def check_model(model: "onnx.ModelProto", what: str) -> None:
             for name, shape, itemsize in _made(node, consts, shapes):
                 check_tensor(f"{what}: tensor '{name}' ({node.op_type} '{node.name}')", shape, itemsize, limit)
             _propagate(node, consts)
-
-
-def _graphs(graph):
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from _graphs(g)
 
 
 def _keep(consts: dict, name: str, tensor) -> None:

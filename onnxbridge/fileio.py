@@ -247,6 +247,19 @@ def iter_tensors(model: "onnx.ModelProto") -> Iterator["onnx.TensorProto"]:
         yield from nodes_tensors(fn.node)
 
 
+def subgraphs(node: "onnx.NodeProto") -> list["onnx.GraphProto"]:
+    """The graphs a node holds in its attributes (If branches, Loop and Scan bodies)."""
+    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+
+
+def graphs(graph: "onnx.GraphProto") -> Iterator["onnx.GraphProto"]:
+    """``graph`` and every graph nested in it, depth first."""
+    yield graph
+    for node in graph.node:
+        for sub in subgraphs(node):
+            yield from graphs(sub)
+
+
 def external_files(model: "onnx.ModelProto") -> list[str]:
     from onnx import TensorProto
 

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxbridge.fileio import external_files, iter_tensors, load_onnx, tensor_nbytes
+from onnxbridge.fileio import external_files, iter_tensors, load_onnx, subgraphs, tensor_nbytes
 
 if TYPE_CHECKING:
     import onnx
@@ -59,9 +59,8 @@ def _count_nodes(graph, hist: collections.Counter) -> int:
         domain, op = _text(node.domain), _text(node.op_type)
         hist[f"{domain}::{op}" if domain not in ("", "ai.onnx") else op] += 1
         n += 1
-        for attr in node.attribute:
-            for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                n += _count_nodes(g, hist)
+        for g in subgraphs(node):
+            n += _count_nodes(g, hist)
     return n
 
 

@@ -11,6 +11,8 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from onnxbridge.fileio import subgraphs
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx
@@ -55,8 +57,7 @@ class Graph:
         self.producer = {o: n for n in g.node for o in n.output if o}
         self.consumers: dict[str, int] = {}
         for n in g.node:
-            inner = {r for a in n.attribute for sub in ([a.g] if a.HasField("g") else a.graphs)
-                     for r in _references(sub)}
+            inner = {r for sub in subgraphs(n) for r in _references(sub)}
             for i in [*n.input, *inner]:
                 self.consumers[i] = self.consumers.get(i, 0) + 1
         self.outputs = {o.name for o in g.output}
@@ -210,7 +211,6 @@ def _references(g: "onnx.GraphProto") -> set[str]:
     names = {o.name for o in g.output}
     for n in g.node:
         names.update(n.input)
-        for a in n.attribute:
-            for sub in [a.g] if a.HasField("g") else list(a.graphs):
-                names |= _references(sub)
+        for sub in subgraphs(n):
+            names |= _references(sub)
     return names
