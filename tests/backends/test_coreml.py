@@ -370,21 +370,21 @@ def test_transformer_shape_chains_are_folded(models, tmp_path):
 def test_lstm_gate_order(models, tmp_path, monkeypatch, native_in_process):
     """ONNX gates are [i, o, f, c], MIL's [i, f, o, c]: the torch LSTM passes, and without the reordering the
     Core ML hop fails."""
-    from onnxbridge.backends.coreml import lower
+    from onnxbridge.backends.coreml import lower_rnn
 
     model, sample = models.lstm()
     rep = onnxbridge.convert(model, sample, to="coreml", output=tmp_path / "l.mlpackage", opset=17).report
     assert rep["status"] == "passed" and "lstm" in rep["artifact"]["backend"]["ops"]
-    monkeypatch.setattr(lower, "_ifoc", lambda w: np.asarray(w, np.float32))
+    monkeypatch.setattr(lower_rnn, "_ifoc", lambda w: np.asarray(w, np.float32))
     rep = onnxbridge.convert(model, sample, to="coreml", output=tmp_path / "bad.mlpackage", opset=17).report
     assert rep["status"] == "failed" and [h["status"] for h in rep["hops"]] == ["passed", "failed"]
 
 
 def test_a_wrong_lowering_is_caught(tmp_path, monkeypatch, native_in_process):
     """Swap the pads order back to ONNX's (the classic mistake): the Core ML hop fails."""
-    from onnxbridge.backends.coreml import lower
+    from onnxbridge.backends.coreml import lower_nn
 
-    monkeypatch.setattr(lower, "_mil_pads", lambda pads, spatial: list(pads or [0] * (2 * spatial)))
+    monkeypatch.setattr(lower_nn, "_mil_pads", lambda pads, spatial: list(pads or [0] * (2 * spatial)))
     src = tmp_path / "c.onnx"
     onnx.save(CASES["conv_asymmetric_pads"], src)
     rep = onnxbridge.convert(src, to="coreml", output=tmp_path / "c.mlpackage").report
