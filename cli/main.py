@@ -127,6 +127,9 @@ def backend_options(fn):
         click.option("--flavour", type=click.Choice(["tensorrt", "tensorrt-rtx", "qairt", "qnn-ir"]),
                      help="Toolchain: TensorRT or TensorRT-RTX (--to tensorrt); the QAIRT SDK or onnxruntime-qnn's "
                           "QnnIr serializer (--to dlc). Default: what is installed."),
+        click.option("--allow-approx", "allow_approx", multiple=True, metavar="NAME",
+                     help="Core ML, DLC: allow an approximation that is not exact, applied and reported "
+                          "(gelu-tanh: exact GELU as its tanh form, within 4.8e-4)."),
     ]):
         fn = option(fn)
     return fn
@@ -168,7 +171,7 @@ def backend_options(fn):
 def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
             validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, seed,
             external_data, report, trust, signature, inputs_as_nchw, shapes, workspace, timing_cache, calibration,
-            flavour):
+            flavour, allow_approx):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
@@ -187,7 +190,7 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
                          progress=_progress(ctx), target=target, signature=signature,
                          inputs_as_nchw=list(inputs_as_nchw), shapes=list(shapes), workspace=workspace,
                          timing_cache=timing_cache, calibration=calibration, flavour=flavour,
-                         renderers=_renderers(junit, markdown, html))
+                         allow_approx=list(allow_approx), renderers=_renderers(junit, markdown, html))
     rep = result.report
     console = _console(ctx)
     if console is not None:
@@ -309,11 +312,17 @@ def check(ctx, model, targets, opset, input_shapes, target, report):
     console = _console(ctx)
     for line in rep["blockers"]:
         click.echo(line)
+        target, _, blocker = line.partition(": ")
+        advice = rep["targets"].get(target, {}).get("hints", [])
+        found = rep["targets"].get(target, {}).get("blockers", [])
+        if blocker in found and advice[found.index(blocker)]:
+            click.echo(f"  hint: {advice[found.index(blocker)]}")
     if console is not None:
         for name, row in rep["targets"].items():
             state = "[green]can convert[/]" if not row["blockers"] else f"[red]{len(row['blockers'])} blocker(s)[/]"
             tool = "" if row["available"] else f" [dim](toolchain not installed: {row['reason']})[/]"
-            console.print(f"{name}: {state}{tool}")
+            rewrites = f" [dim](rewrites: {', '.join(row['rewrites'])})[/]" if row.get("rewrites") else ""
+            console.print(f"{name}: {state}{tool}{rewrites}")
     ctx.exit(EXIT_BAD_INPUT if rep["blockers"] else EXIT_OK)
 
 

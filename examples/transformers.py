@@ -428,6 +428,12 @@ _SEQ_AXIS = {"bert_encoder": (1, "4..32"), "llama_decoder": (1, "2..24"), "t5_en
              "wav2vec2_features": (1, "200..800"), "whisper_encoder": (2, "16..120")}  # axis, sizes also validated
 
 
+def flexible_axes(name: str) -> list[str]:
+    """The ``--dynamic`` specs of a flexible Core ML package of ``name``: its sequence axis (ViT: the image size),
+    or for Swin, which has none, its batch."""
+    return dynamic_axes(name, batch=name == "swin_block")
+
+
 def dynamic_axes(name: str, batch: bool = True, seq: bool = True) -> list[str]:
     """The ``--dynamic`` specs ``name`` exports with: batch on every input, the sequence axis where it has one
     (ViT: image height and width, other patch grids; Swin: batch only, its window mask is built for one

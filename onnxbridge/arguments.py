@@ -84,7 +84,7 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "external_data": _of(bool, "True, False or None"),
     "output": _path, "report": _path, "timing_cache": _path, "calibration": _path, "inputs": _inputs,
     "input_shapes": _list_of((str, TensorSpec), "'NAME:D1,D2,...' str or TensorSpec"),
-    "input_names": _list_of(str, "str"), "output_names": _list_of(str, "str"), "converted": _model, "model": _model,
+    "input_names": _list_of(str, "str"), "allow_approx": _list_of(str, "str"), "output_names": _list_of(str, "str"), "converted": _model, "model": _model,
     "renderers": _renderers,
 }
 

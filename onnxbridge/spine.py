@@ -186,7 +186,7 @@ def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scrat
     return path, have
 
 
-BACKEND_OPTIONS = ("shapes", "workspace", "timing_cache", "calibration", "flavour")  # see each backend's OPTIONS
+BACKEND_OPTIONS = ("shapes", "workspace", "timing_cache", "calibration", "flavour", "allow_approx")  # see each backend's OPTIONS
 
 
 def _backend_options(to: str, backend, options: dict) -> dict:
@@ -310,7 +310,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     in memory as ``.model``. ``to="coreml"`` (``.mlpackage``), ``"dlc"`` or ``"tensorrt"`` (``.engine``) builds
     that backend's artifact from the ONNX model (``target``: a deployment target, e.g. "iOS16") and validates it
     as a hop of its own. Backend options go in ``options`` too: ``shapes`` (TensorRT ``NAME:MIN/OPT/MAX``),
-    ``workspace`` (MB), ``timing_cache``, ``calibration`` (.npz for int8) and ``flavour``. ``precision="fp16"`` writes an
+    ``workspace`` (MB), ``timing_cache``, ``calibration`` (.npz for int8), ``flavour`` and ``allow_approx`` (Core ML,
+    DLC: names from ``onnxbridge.legalize.approx.APPROXIMATIONS``, e.g. ``["gelu-tanh"]``, applied and reported). ``precision="fp16"`` writes an
     fp16 model (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances.
     Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw`` (TensorFlow). ``renderers``: more
     reports to write, format (junit, markdown, html) -> path. No output may name another or an input's file.
@@ -324,6 +325,10 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     backend = BACKENDS.load(to) if to != "onnx" else None  # built from the written ONNX model below
     backend_options = _backend_options(to, backend, options)
     calibration = backend_options.pop("calibration", None)
+    if "allow_approx" in backend_options:
+        from onnxbridge.legalize.approx import check_names
+
+        backend_options["allow_approx"] = check_names(backend_options["allow_approx"])
     if backend is not None and output is None:
         raise BadInputError(f"--to {to} needs an output path ({', '.join(backend.SUFFIXES)})")
     if backend is not None and not str(output).endswith(tuple(backend.SUFFIXES)):
@@ -632,8 +637,10 @@ def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | N
                   report: str | Path | None = None) -> dict:
     """Every blocker that stops ``model`` (ONNX) from reaching each backend in ``targets`` (and ``opset`` when
     given; ``target``: a deployment target such as Core ML's iOS16), found without converting: a report with command ``check``, status ``passed`` or ``blocked``, the
-    ``blockers`` (each prefixed with its target) and ``targets`` (per backend: available, reason, blockers)."""
-    from onnxbridge.backends import BACKENDS, BuildContext
+    ``blockers`` (each prefixed with its target) and ``targets`` (per backend: available, reason, blockers, a hint per
+    blocker or None, and the legalization ``rewrites`` its build would apply, as ``"RULE (node NAME)"``)."""
+    from onnxbridge.backends import BACKENDS, BuildContext, module_of
+    from onnxbridge.hints import hint
     from onnxbridge.specs import check_names
     from onnxbridge.worker import call
 
@@ -651,12 +658,16 @@ def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | N
     rep["targets"] = {}
     for target in targets:
         status = BACKENDS.status(target)  # also refuses an unknown name
-        if target == "onnx":
-            found = []
-        else:  # in the worker: a backend's own checks run its native libraries (onnxruntime-qnn, TensorRT)
-            found = call(f"{BACKENDS.plugin(target).module}:check", (Path(model), context),
-                         step=f"checking {Path(model).name} for {target}", library=_library(target))
-        rep["targets"][target] = {"available": status["available"], "reason": status["reason"], "blockers": found}
+        found, rewrites = [], []
+        if target != "onnx":  # in the worker: a backend's own checks run its native libraries (onnxruntime-qnn, ...)
+            module = BACKENDS.plugin(target).module
+            found = call(f"{module}:check", (Path(model), context), step=f"checking {Path(model).name} for {target}",
+                         library=_library(target))
+            if hasattr(module_of(target), "rewrites"):
+                rewrites = call(f"{module}:rewrites", (Path(model), context), library=_library(target),
+                                step=f"finding the rewrites {target} needs")
+        rep["targets"][target] = {"available": status["available"], "reason": status["reason"], "blockers": found,
+                                  "hints": [hint(b) for b in found], "rewrites": rewrites}
         rep["blockers"] += [f"{target}: {b}" for b in found]
     rep["status"] = "blocked" if rep["blockers"] else "passed"
     if report is not None:

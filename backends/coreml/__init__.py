@@ -6,19 +6,23 @@ from pathlib import Path
 
 NAME = "coreml"
 SUFFIXES = (".mlpackage",)
-OPTIONS = ()
+OPTIONS = ("allow_approx",)  # onnxbridge.legalize.approx, applied before the build
 # what ``--precision`` really applies (package.APPLIED): fp32 and fp16 compute with weights of that type; int8 stores
 # weights as int8 (per output channel, symmetric; dequantized at load by constexpr ops, so iOS16+) and computes in fp16
 PRECISIONS = ("fp32", "fp16", "int8")
 
 
-def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None) -> dict:
+def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
+          allow_approx=()) -> dict:
     from onnxbridge.backends.coreml.package import build as build_package
+    from onnxbridge.legalize.approx import approximated_file
 
-    return build_package(onnx_path, output, target=target or "iOS16", precision=precision,
-                         dynamic=getattr(context, "dynamic", None) or (),
-                         sample_shapes=getattr(context, "sample_shapes", None) or {},
-                         input_shapes=getattr(context, "input_shapes", None) or {})
+    with approximated_file(onnx_path, allow_approx) as (path, notes):
+        facts = build_package(path, output, target=target or "iOS16", precision=precision,
+                              dynamic=getattr(context, "dynamic", None) or (),
+                              sample_shapes=getattr(context, "sample_shapes", None) or {},
+                              input_shapes=getattr(context, "input_shapes", None) or {})
+    return {**facts, "notes": notes + facts.get("notes", [])}
 
 
 def check(onnx_path: Path, context=None) -> list[str]:
@@ -78,3 +82,11 @@ def _feature(desc, var) -> dict:
     if any(lo != hi for lo, hi in ranges):
         entry["shape_range"] = ranges
     return entry
+
+
+def rewrites(onnx_path: Path, context=None) -> list[str]:
+    """The Core ML legalization rules a build would apply, as ``"RULE (node NAME)"``."""
+    from onnxbridge.backends.coreml.onnx_file import read_onnx
+    from onnxbridge.backends.coreml.package import legalize
+
+    return legalize(read_onnx(Path(onnx_path)), getattr(context, "input_shapes", None) or {})[1]

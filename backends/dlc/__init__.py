@@ -12,7 +12,7 @@ from pathlib import Path
 
 NAME = "dlc"
 SUFFIXES = (".dlc",)
-OPTIONS = ("calibration", "flavour")  # --calibration reaches build() loaded, as context.calibration
+OPTIONS = ("calibration", "flavour", "allow_approx")  # --calibration reaches build() loaded, as context.calibration
 # fp32 and fp16 DLCs (the HTP simulator computes both in fp16); int8: a QDQ model calibrated on --calibration
 PRECISIONS = ("fp32", "fp16", "int8")
 # the hop's name (its ``to``): what runs is the prepared ONNX on the HTP simulator, never the .dlc; runners carry it
@@ -21,12 +21,15 @@ HOP_NAME = "qnn-htp-simulator"
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
-          flavour: str | None = None) -> dict:
+          flavour: str | None = None, allow_approx=()) -> dict:
     """Write ``output`` atomically; facts for the report (``runner``: a ``RunnerSpec`` of the HTP-simulator check
-    of what was built, or ``HopSkipped``)."""
+    of what was built, or ``HopSkipped``). ``allow_approx``: see ``onnxbridge.legalize.approx``."""
     from onnxbridge.backends.dlc.convert import build as build_dlc
+    from onnxbridge.legalize.approx import approximated_file
 
-    return build_dlc(onnx_path, output, target=target, precision=precision, context=context, flavour=flavour)
+    with approximated_file(onnx_path, allow_approx) as (path, notes):
+        facts = build_dlc(path, output, target=target, precision=precision, context=context, flavour=flavour)
+    return {**facts, "notes": notes + facts.get("notes", [])}
 
 
 def check(onnx_path: Path, context=None) -> list[str]:
@@ -34,6 +37,16 @@ def check(onnx_path: Path, context=None) -> list[str]:
     from onnxbridge.backends.dlc.checks import blockers
 
     return blockers(Path(onnx_path), dict(getattr(context, "input_shapes", None) or {}))
+
+
+def rewrites(onnx_path: Path, context=None) -> list[str]:
+    """The QNN legalization rules a build would apply (at the given input shapes), as ``"RULE (node NAME)"``."""
+    from onnxbridge.backends.dlc.prepare import _fix_shapes, legalize
+    from onnxbridge.fileio import load_onnx
+
+    model = load_onnx(onnx_path)
+    _fix_shapes(model, {k: list(v) for k, v in (getattr(context, "input_shapes", None) or {}).items()})
+    return legalize(model)[1]
 
 
 def runner(path: Path, *, onnx_path: Path | None = None):

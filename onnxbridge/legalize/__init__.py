@@ -102,6 +102,34 @@ class Graph:
             return numpy_helper.to_array(node.attribute[0].t)
         return None
 
+    def int_values(self, name: str) -> list[int | None] | None:
+        """The elements of a 1-D integer tensor computed from constants and static dims (torch's ``Shape`` ->
+        ``Gather`` -> ``Unsqueeze`` -> ``Concat`` chains), each an int or None where it depends on a dynamic dim;
+        None when the tensor is not such a chain."""
+        value = self.value(name)
+        if value is not None:
+            return [int(v) for v in value.reshape(-1)] if value.dtype.kind in "iu" and value.ndim <= 1 else None
+        node = self.producer.get(name)
+        if node is None or node.domain not in ("", "ai.onnx"):
+            return None
+        if node.op_type == "Shape" and len(node.input) == 1 and not node.attribute:
+            t = self.types.get(node.input[0])
+            return [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim] \
+                if t is not None and t.HasField("shape") else None
+        parts = [self.int_values(i) for i in node.input]
+        if node.op_type == "Concat":
+            return None if any(p is None for p in parts) else [v for p in parts for v in p]
+        if node.op_type in ("Unsqueeze", "Squeeze", "Cast", "Identity"):
+            return parts[0]
+        if node.op_type == "Gather" and parts[0] is not None and parts[1] is not None:
+            n = len(parts[0])
+            return [parts[0][i] if i is not None and -n <= i < n else None for i in parts[1]]
+        if node.op_type in ("Mul", "Add", "Sub", "Div") and None not in (parts[0], parts[1]) and \
+                len(parts[1]) in (1, len(parts[0])):
+            return [_int_op(node.op_type, a, b) for a, b in zip(parts[0], parts[1] * len(parts[0])
+                                                                  if len(parts[1]) == 1 else parts[1])]
+        return None
+
     def elem_type(self, name: str) -> int:
         """ONNX element type of ``name`` (0 when unknown)."""
         t = self.types.get(name)
@@ -137,6 +165,16 @@ class Graph:
 
         if not any(o.domain == domain for o in self.model.opset_import):
             self.model.opset_import.append(helper.make_opsetid(domain, version))
+
+
+def _int_op(op: str, a: int | None, b: int | None) -> int | None:
+    """ONNX's integer Mul/Add/Sub/Div (Div truncates toward zero) on known values; None when either is unknown."""
+    if a is None or b is None or (op == "Div" and b == 0):
+        return None
+    if op == "Div":
+        quotient = abs(a) // abs(b)
+        return quotient if (a >= 0) == (b > 0) else -quotient
+    return {"Mul": a * b, "Add": a + b, "Sub": a - b}[op]
 
 
 def _init_type(t: "onnx.TensorProto"):

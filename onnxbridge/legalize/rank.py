@@ -3,7 +3,9 @@
 Swin's window partition and reverse (``x.view(B, H//w, w, W//w, w, C)
 .permute(0, 1, 3, 2, 4, 5).reshape(-1, w, w, C)``) export as Reshape to rank 6, Transpose, Reshape back: the
 dims a permutation keeps together and in order (here B with H//w, and w with C) move as one, so the same data
-movement is a Reshape to the merged dims, a Transpose of those, and the final Reshape."""
+movement is a Reshape to the merged dims, a Transpose of those, and the final Reshape. A dynamic batch (B read from
+the input's shape at run time) is one unknown dim: it merges into a run whose size the Reshape infers (-1), and the
+final Reshape keeps the model's own run-time shape."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,9 +16,10 @@ from onnxbridge.legalize import Graph, Match, Rule
 MAX_RANK = 5  # Core ML's tensor rank limit
 
 
-def merge_runs(shape: list[int], perm: list[int]) -> tuple[list[int], list[int]]:
+def merge_runs(shape: list, perm: list[int]) -> tuple[list, list[int]]:
     """``(shape, perm)`` with size-1 dims dropped and the dims that stay adjacent and in order under ``perm``
-    merged: transposing a tensor of the merged shape by the merged perm moves every element where ``perm`` would."""
+    merged: transposing a tensor of the merged shape by the merged perm moves every element where ``perm`` would.
+    An unknown dim (None) is never dropped, and a run holding one has an unknown size."""
     kept = [a for a in perm if shape[a] != 1]
     runs: list[list[int]] = []  # runs of input axes, in output order
     for a in kept:
@@ -26,7 +29,8 @@ def merge_runs(shape: list[int], perm: list[int]) -> tuple[list[int], list[int]]
         else:
             runs.append([a])
     order = sorted(range(len(runs)), key=lambda r: runs[r][0])  # the runs in input order
-    merged = [int(np.prod([shape[a] for a in runs[r]])) for r in order]
+    merged = [None if any(shape[a] is None for a in runs[r]) else int(np.prod([shape[a] for a in runs[r]]))
+              for r in order]
     return merged, [order.index(r) for r in range(len(runs))]
 
 
@@ -46,31 +50,55 @@ def _perm(transpose, rank: int) -> list[int]:
     return perm if perm is not None else list(range(rank))[::-1]
 
 
+def _dims(graph: Graph, reshape) -> list | None:
+    """A Reshape's output dims: the inferred static shape, else its target shape with each dim positive or None
+    (dynamic, or the -1 the Reshape infers); None when neither is known or a 0 copies a dim of the input."""
+    static = graph.shape(reshape.output[0])
+    if static is not None and 0 not in static:
+        return static
+    dims = graph.int_values(reshape.input[1])
+    if dims is None or any(d is not None and (d == 0 or d < -1) for d in dims):
+        return None
+    return [None if d == -1 else d for d in dims]
+
+
+def _final_shape(graph: Graph, root) -> str | list[int] | None:
+    """What the final Reshape reshapes to: its static output shape, else the model's own shape tensor when no 0 in
+    it copies a dim of the (now different) input; None when neither."""
+    static = graph.shape(root.output[0])
+    if static is not None and 0 not in static:
+        return static
+    dims = graph.int_values(root.input[1])
+    return root.input[1] if dims is not None and 0 not in dims else None
+
+
 def rank6_condition(graph: Graph, match: Match) -> bool:
-    """Static non-empty shapes (a 0 in a Reshape's shape would copy a dim), a transposed rank over Core ML's limit,
-    and a merged rank and final rank within it."""
+    """Known shapes (one dynamic dim at most, which must land in a merged dim of its own run), a transposed rank
+    over Core ML's limit, and a merged rank and final rank within it."""
     inner, transpose, root = match.nodes
-    shape, out = graph.shape(inner.output[0]), graph.shape(root.output[0])
-    if shape is None or out is None or 0 in shape or 0 in out or len(shape) <= MAX_RANK or len(out) > MAX_RANK:
+    shape, out = _dims(graph, inner), _final_shape(graph, root)
+    if shape is None or out is None or len(shape) <= MAX_RANK or shape.count(None) > 1:
+        return False
+    if len(out if isinstance(out, list) else graph.int_values(out)) > MAX_RANK:
         return False
     merged, _ = merge_runs(shape, _perm(transpose, len(shape)))
     return 1 <= len(merged) <= MAX_RANK
 
 
 def rank6_replacement(graph: Graph, match: Match) -> list:
-    """Reshape to the merged dims, Transpose by the merged perm, Reshape to the final (static) shape."""
+    """Reshape to the merged dims (-1 for the dynamic one), Transpose by the merged perm, the final Reshape."""
     inner, transpose, root = match.nodes
-    shape = graph.shape(inner.output[0])
+    shape, out = _dims(graph, inner), _final_shape(graph, root)
     merged, perm = merge_runs(shape, _perm(transpose, len(shape)))
     base = root.name or "window"
     folded, moved = graph.fresh(f"{base}_merged"), graph.fresh(f"{base}_moved")
+    target = np.array([-1 if d is None else d for d in merged], np.int64)
+    final = graph.constant(f"{base}_out", np.array(out, np.int64)) if isinstance(out, list) else out
     return [
-        helper.make_node("Reshape", [match.inputs["x"], graph.constant(f"{base}_shape", np.array(merged, np.int64))],
-                         [folded], name=graph.fresh(f"{base}_reshape")),
+        helper.make_node("Reshape", [match.inputs["x"], graph.constant(f"{base}_shape", target)], [folded],
+                         name=graph.fresh(f"{base}_reshape")),
         helper.make_node("Transpose", [folded], [moved], perm=perm, name=graph.fresh(f"{base}_transpose")),
-        helper.make_node("Reshape", [moved, graph.constant(f"{base}_out", np.array(graph.shape(root.output[0]),
-                                                                                  np.int64))],
-                         match.outputs, name=graph.fresh(base)),
+        helper.make_node("Reshape", [moved, final], match.outputs, name=graph.fresh(base)),
     ]
 
 
