@@ -175,7 +175,7 @@ class Fp16Evaluator:
     def __call__(self, feeds: Mapping[str, Any]) -> list["np.ndarray"]:
         import numpy as np
 
-        env: dict[str, Any] = {n: np.ascontiguousarray(feeds[n]) for n in self.inputs}
+        env: dict[str, Any] = {n: np.require(feeds[n], requirements="C") for n in self.inputs}
         self.last_notes = []
         for index, (node, sess, reads, writes, fixed) in enumerate(self.steps):
             values = fixed if sess is None else sess.run(None, {n: env[n] for n in reads})

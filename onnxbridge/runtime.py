@@ -70,7 +70,7 @@ def run(sess: "onnxruntime.InferenceSession", feeds: Mapping[str, "np.ndarray"])
 
     names = [i.name for i in sess.get_inputs()]
     matched = match_feeds(names, feeds)
-    out = sess.run(None, {n: np.ascontiguousarray(v) for n, v in matched.items()})
+    out = sess.run(None, {n: np.require(v, requirements="C") for n, v in matched.items()})
     return [np.asarray(o) for o in out]
 
 

@@ -164,14 +164,14 @@ def test_check_targets_lists_blockers_per_target(cli, tmp_path):
     model exits 0; an unknown target is a one-line error."""
     pytest.importorskip("coremltools")
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
-                               helper.make_node("Det", ["r"], ["y"], name="the_det")], "g",
+                               helper.make_node("Unique", ["r"], ["y"], name="the_unique")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    bad = tmp_path / "det.onnx"
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    bad = tmp_path / "unique.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), bad)
     res = cli("check", bad, "--targets", "coreml", "--report", tmp_path / "r.json")
     assert res.exit_code == 2, res.output
-    assert "coreml: node 'the_det' (Det)" in res.stdout
+    assert "coreml: node 'the_unique' (Unique)" in res.stdout
     rep = check_report(tmp_path / "r.json")
     assert rep["status"] == "blocked" and rep["targets"]["coreml"]["blockers"]
     good = tmp_path / "cnn.onnx"

@@ -8,8 +8,7 @@ import onnxbridge
 from examples.transformers import MODELS, flexible_axes
 from tests.conftest import ROOT
 
-FLEXIBLE = ("bert_encoder", "llama_decoder", "t5_encoder", "wav2vec2_features", "swin_block")
-CASES = [(name, "coreml", False) for name in MODELS] + [(name, "coreml", True) for name in FLEXIBLE] + \
+CASES = [(name, "coreml", False) for name in MODELS] + [(name, "coreml", True) for name in MODELS] + \
     [(name, "dlc", False) for name in MODELS]
 
 

@@ -53,11 +53,25 @@ def _s(v):
 
 # elementwise -----------------------------------------------------------------------------------
 UNARY = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
-         "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "inverse": lambda x: 1 / x,
-         "floor": np.floor, "ceil": np.ceil, "identity": lambda x: x, "cos": np.cos, "sin": np.sin,
+         "exp": np.exp, "sqrt": np.sqrt, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
+         "identity": lambda x: x, "cos": np.cos, "sin": np.sin, "tan": np.tan, "acos": np.arccos,
+         "asin": np.arcsin, "atan": np.arctan, "atanh": np.arctanh, "cosh": np.cosh, "sinh": np.sinh,
+         "sign": np.sign, "softsign": lambda x: x / (1 + np.abs(x)),
          "silu": lambda x: x / (1 + np.exp(-x))}  # silu: what coremltools fuses x * sigmoid(x) into
 for _name, _f in UNARY.items():
     KERNELS[_name] = (lambda f: lambda x, **_: f(x).astype(x.dtype))(_f)
+
+
+@kernel("log")
+def log(x, epsilon=1e-45, **_):
+    """log(x + epsilon) (MIL's default epsilon is 1e-45)."""
+    return np.log(x + np.asarray(epsilon, x.dtype)).astype(x.dtype)
+
+
+@kernel("inverse")
+def inverse(x, epsilon=1e-4, **_):
+    """1 / (x + epsilon) (MIL's default epsilon is 1e-4)."""
+    return (1 / (x + np.asarray(epsilon, x.dtype))).astype(x.dtype)
 
 
 @kernel("erf")
@@ -440,7 +454,7 @@ def conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilatio
     out_shape = win.shape[2:2 + spatial]
     win = win.reshape(n, g, c // g, *out_shape, *kernel)
     w = weight.reshape(g, weight.shape[0] // g, c // g, *kernel)
-    letters = "abcdefgh"[:spatial]
+    letters = "xyzuvw"[:spatial]  # none of n, g, c, o or the kernel letters
     kl = "pqrs"[:spatial]
     y = np.einsum(f"ngc{letters}{kl},goc{kl}->ngo{letters}", win, w).reshape(n, weight.shape[0], *out_shape)
     if bias is not None:
@@ -611,3 +625,7 @@ def resize(x, shape, resized_dims, interpolation_mode="LINEAR", sampling_mode="D
         raise UnsupportedError("the host evaluator runs iOS 17 resize in LINEAR mode over the last two axes only")
     oh, ow = (int(v) if int(v) else x.shape[i - 2] for i, v in enumerate(np.asarray(shape).reshape(-1)[-2:]))
     return _bilinear_to(x, oh, ow, str(_s(sampling_mode)))
+
+
+# kernels of further op families register themselves on import
+from onnxbridge.backends.coreml import evaluate_spatial  # noqa: E402,F401

@@ -190,5 +190,5 @@ def _axes(ctx: Ctx, index: int, rank: int) -> list[int] | None:
 
 # the op families register themselves in OPS on import (they import this module's helpers)
 from onnxbridge.backends.coreml import (  # noqa: E402,F401
-    lower_math, lower_nn, lower_resize, lower_rnn, lower_shape,
+    lower_loss, lower_math, lower_nn, lower_resize, lower_rnn, lower_shape, lower_spatial,
 )

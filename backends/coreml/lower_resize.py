@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxbridge.backends.coreml.lower import Ctx, MAX_TABLE, _static, op, runtime_shape
+from onnxbridge.backends.coreml.lower import MAX_TABLE, TARGETS, Ctx, _static, op, runtime_shape
 from onnxbridge.backends.coreml.lower_shape import _py_int
 
 
@@ -197,16 +197,16 @@ def _resize_linear(ctx: Ctx, x, full: list, by_size: bool, coords: str):
 
 
 def _resize_to_runtime_sizes(ctx: Ctx, x, full: list, mode: str, coords: str):
-    """``sizes`` holding flexible sizes (e.g. another input's Shape): iOS 17's ``resize`` of the last two axes to
-    sizes computed at run time; the leading sizes must be the input's own."""
-    if mode != "linear":
-        ctx.refuse(f"{mode} mode to sizes known only at run time has no Core ML equivalent (linear mode has)")
-    if any(_py_int(f) != _py_int(d) for f, d in zip(full[:-2], x.shape[:-2])):
-        ctx.refuse("sizes known only at run time may change only the last two axes in Core ML")
-    if coords not in SAMPLING or coords == "pytorch_half_pixel":
-        ctx.refuse(f"coordinate_transformation_mode={coords} to sizes known only at run time has no Core ML "
-                   "equivalent")
-    ctx.needs("iOS17", "resizing to sizes known only at run time")
+    """``sizes`` holding flexible sizes (e.g. another input's Shape): iOS 17's ``resize`` of the last two axes where
+    it samples as ONNX (linear), else interpolation tables computed in the program (``resize_tables``: linear or
+    cubic, any axis with a static input size, any target)."""
+    native = mode == "linear" and coords in SAMPLING and coords != "pytorch_half_pixel" and \
+        TARGETS.index(ctx.target) >= TARGETS.index("iOS17") and \
+        all(_py_int(f) == _py_int(d) for f, d in zip(full[:-2], x.shape[:-2]))
+    if not native:
+        from onnxbridge.backends.coreml.resize_tables import resize_by_tables
+
+        return resize_by_tables(ctx, x, full, mode, coords)
     shape = runtime_shape(ctx, np.array(full[-2:], dtype=object))
     return ctx.mb.resize(x=x, shape=shape, resized_dims=np.uint32(2), interpolation_mode="LINEAR",
                          sampling_mode=SAMPLING[coords], name=ctx.name())

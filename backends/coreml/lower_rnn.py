@@ -1,4 +1,4 @@
-"""Core ML lowerings: recurrent ops (LSTM, GRU), unrolled over a static sequence."""
+"""Core ML lowerings: recurrent ops (LSTM, GRU, RNN), unrolled over a static sequence."""
 from __future__ import annotations
 
 import numpy as np
@@ -111,22 +111,22 @@ def lstm(ctx: Ctx):
     """Any direction, ``layout`` 0/1. MIL's own lstm (one per direction, the backward one over the reversed
     sequence) for the default activations; clip, other activations, peepholes, ``input_forget`` and
     ``sequence_lens`` shorter than the sequence: unrolled over the (static) sequence with ONNX's equations."""
-    w, r, b = ctx.const(1, "W"), ctx.const(2, "R"), ctx.const(3, "B")
+    w, r, b, peep = ctx.get(1), ctx.get(2), ctx.get(3), ctx.get(7)
     backwards = _directions(ctx)
-    hidden = w.shape[1] // 4
+    hidden = _hidden(ctx, w, 4)
     x, masks = _rnn_input(ctx)
     acts = _rnn_activations(ctx, ["Sigmoid", "Tanh", "Tanh"], len(backwards))
-    peep = ctx.const(7, "P")
-    plain = masks is None and ctx.attr("clip") is None and not ctx.attr("input_forget", 0) and \
+    constant = all(v is None or isinstance(v, np.ndarray) for v in (w, r, b, peep))
+    plain = constant and masks is None and ctx.attr("clip") is None and not ctx.attr("input_forget", 0) and \
         (peep is None or not np.any(peep)) and ctx.attr("activations") in (None, ["Sigmoid", "Tanh", "Tanh"]
                                                                               * len(backwards))
     if not plain and not isinstance(x.shape[0], (int, np.integer)):
-        ctx.refuse("clip, peepholes, input_forget, sequence_lens or non-default activations need a static "
-                   "sequence length (the LSTM is unrolled)")
+        ctx.refuse("clip, peepholes, input_forget, sequence_lens, non-default activations or run-time weights "
+                   "need a static sequence length (the LSTM is unrolled)")
     mb, ys, hs, cs = ctx.mb, [], [], []
     for d, backward in enumerate(backwards):
         h0, c0 = _rnn_state(ctx, 5, d, x, hidden), _rnn_state(ctx, 6, d, x, hidden)
-        bias = np.zeros(8 * hidden, np.float32) if b is None else narrow(b[d])
+        bias = np.zeros(8 * hidden, np.float32) if b is None else _pick(ctx, b, d)
         if plain:
             y, h, c = mb.lstm(x=mb.reverse(x=x, axes=[0]) if backward else x, initial_h=h0, initial_c=c0,
                               weight_ih=_ifoc(w[d]), weight_hh=_ifoc(r[d]), bias=_ifoc(bias[:4 * hidden])
@@ -134,9 +134,9 @@ def lstm(ctx: Ctx):
                               recurrent_activation="sigmoid", cell_activation="tanh", activation="tanh")
             y = mb.reverse(x=y, axes=[0]) if backward else y
         else:
-            p = np.zeros(3 * hidden, np.float32) if peep is None else narrow(peep[d])
-            y, h, c = _lstm_direction(ctx, x, narrow(w[d]), narrow(r[d]), bias, p, h0, c0, acts[3 * d:3 * d + 3],
-                                      masks, backward)
+            p = np.zeros(3 * hidden, np.float32) if peep is None else _pick(ctx, peep, d)
+            y, h, c = _lstm_direction(ctx, x, _pick(ctx, w, d), _pick(ctx, r, d), bias, p, h0, c0,
+                                      acts[3 * d:3 * d + 3], masks, backward)
         ys.append(y)
         hs.append(h)
         cs.append(c)
@@ -146,14 +146,14 @@ def lstm(ctx: Ctx):
 def _lstm_direction(ctx: Ctx, x, w, r, b, p, h, c, acts: list, masks, backward: bool) -> tuple:
     """One direction unrolled (ONNX gates [i, o, f, c], peepholes [i, o, f]): outputs [s, b, H] in time order
     (zeros past a row's sequence length) and the final h and c [b, H]."""
-    mb, hidden, steps = ctx.mb, w.shape[0] // 4, int(x.shape[0])
+    mb, hidden, steps = ctx.mb, int(w.shape[0]) // 4, int(x.shape[0])
     _check_unroll(ctx, steps)
     f, g, act_h = acts
-    xw = mb.linear(x=x, weight=w, bias=b[:4 * hidden] + b[4 * hidden:])
-    pi, po, pf = np.split(p, 3)
+    xw = _linear(ctx, x, w, _sum(ctx, _part(ctx, b, 0, 4 * hidden), _part(ctx, b, 4 * hidden, 8 * hidden)))
+    pi, po, pf = (_part(ctx, p, k * hidden, (k + 1) * hidden) for k in range(3))
     outputs = [None] * steps
     for t in (reversed(range(steps)) if backward else range(steps)):
-        gi, go, gf, gc = mb.split(x=mb.add(x=_step(ctx, xw, t), y=mb.linear(x=h, weight=r)), num_splits=4, axis=-1)
+        gi, go, gf, gc = mb.split(x=mb.add(x=_step(ctx, xw, t), y=_linear(ctx, h, r)), num_splits=4, axis=-1)
         i = f(_clipped(ctx, mb.add(x=gi, y=mb.mul(x=c, y=pi))))
         forget = mb.sub(x=np.float32(1), y=i) if ctx.attr("input_forget", 0) else \
             f(_clipped(ctx, mb.add(x=gf, y=mb.mul(x=c, y=pf))))
@@ -164,6 +164,41 @@ def _lstm_direction(ctx: Ctx, x, w, r, b, p, h, c, acts: list, masks, backward: 
         outputs[t] = h_new if mask is None else mb.select(cond=mask, a=h_new, b=np.float32(0))
         h, c = _masked(ctx, mask, h_new, h), _masked(ctx, mask, c_new, c)
     return mb.stack(values=outputs, axis=0), h, c
+
+
+def _hidden(ctx: Ctx, w, gates: int) -> int:
+    """The hidden size from W [D, gates * H, I] (a constant or a var of static shape)."""
+    rows = w.shape[1]
+    if not isinstance(rows, (int, np.integer)):
+        ctx.refuse(f"W of flexible shape {list(w.shape)} leaves the hidden size unknown")
+    return int(rows) // gates
+
+
+def _pick(ctx: Ctx, v, d: int):
+    """Direction ``d`` of a per-direction parameter [D, ...]: a narrowed constant, or a gathered var."""
+    return narrow(v[d]) if isinstance(v, np.ndarray) else ctx.mb.gather(x=v, indices=np.int32(d), axis=0)
+
+
+def _part(ctx: Ctx, v, start: int, stop: int):
+    """Rows ``start:stop`` (along axis 0) of a constant or a var."""
+    if isinstance(v, np.ndarray):
+        return v[start:stop]
+    end_mask = [False] + [True] * (v.rank - 1)
+    return ctx.mb.slice_by_index(x=v, begin=np.array([start] + [0] * (v.rank - 1), np.int32),
+                                 end=np.array([stop] + [0] * (v.rank - 1), np.int32), end_mask=end_mask)
+
+
+def _sum(ctx: Ctx, a, b):
+    """a + b, folded when both are constants."""
+    return a + b if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) else ctx.mb.add(x=a, y=b)
+
+
+def _linear(ctx: Ctx, x, w, b=None):
+    """x @ w.T + b: MIL's linear for a constant weight and bias, else a matmul (and an add)."""
+    if isinstance(w, np.ndarray) and (b is None or isinstance(b, np.ndarray)):
+        return ctx.mb.linear(x=x, weight=w, bias=b)
+    y = ctx.mb.matmul(x=x, y=w, transpose_y=True)
+    return y if b is None else ctx.mb.add(x=y, y=b)
 
 
 def _directions(ctx: Ctx) -> list[bool]:
@@ -216,9 +251,9 @@ def gru(ctx: Ctx):
     """GRU unrolled over the (static) sequence, any direction, ``layout`` 0/1, ``clip``, any activations,
     ``sequence_lens``: ONNX gates [z, r, h]; ``linear_before_reset`` 0 applies the reset gate before the
     recurrent product, 1 after it (MIL's own gru matches neither when Rbh != 0)."""
-    w, r, b = (narrow(v) if v is not None else v for v in (ctx.const(1, "W"), ctx.const(2, "R"), ctx.const(3, "B")))
+    w, r, b = (narrow(v) if isinstance(v, np.ndarray) else v for v in (ctx.get(1), ctx.get(2), ctx.get(3)))
     backwards = _directions(ctx)
-    hidden = w.shape[1] // 3
+    hidden = _hidden(ctx, w, 3)
     x, masks = _rnn_input(ctx)
     acts = _rnn_activations(ctx, ["Sigmoid", "Tanh"], len(backwards))
     steps = x.shape[0]
@@ -227,8 +262,8 @@ def gru(ctx: Ctx):
     b = np.zeros((len(backwards), 6 * hidden), np.float32) if b is None else b
     ys, hs = [], []
     for d, backward in enumerate(backwards):
-        y, h = _gru_direction(ctx, x, w[d], r[d], b[d], _rnn_state(ctx, 5, d, x, hidden), int(steps), backward,
-                              acts[2 * d:2 * d + 2], masks)
+        y, h = _gru_direction(ctx, x, _pick(ctx, w, d), _pick(ctx, r, d), _pick(ctx, b, d),
+                              _rnn_state(ctx, 5, d, x, hidden), int(steps), backward, acts[2 * d:2 * d + 2], masks)
         ys.append(y)
         hs.append(h)
     return _rnn_outputs(ctx, ys, hs)
@@ -237,27 +272,60 @@ def gru(ctx: Ctx):
 def _gru_direction(ctx: Ctx, x, w, r, b, h, steps: int, backward: bool, acts: list, masks) -> tuple:
     """One direction: outputs [s, b, H] in time order (zeros past a row's sequence length) and the final
     state [b, H]."""
-    mb, hidden = ctx.mb, w.shape[0] // 3
+    mb, hidden = ctx.mb, int(w.shape[0]) // 3
     _check_unroll(ctx, steps)
     f, g = acts
-    wb, rb = b[:3 * hidden], b[3 * hidden:]
+    wb, rb = _part(ctx, b, 0, 3 * hidden), _part(ctx, b, 3 * hidden, 6 * hidden)
     # input products for every step at once; the z and r recurrent biases fold into them
-    xw = mb.linear(x=x, weight=w, bias=wb + np.concatenate([rb[:2 * hidden], np.zeros(hidden, np.float32)]))
-    r_zr, r_h, rb_h = r[:2 * hidden], r[2 * hidden:], rb[2 * hidden:]
+    rb_zr = _part(ctx, rb, 0, 2 * hidden)
+    rb_zr = np.concatenate([rb_zr, np.zeros(hidden, np.float32)]) if isinstance(rb_zr, np.ndarray) else \
+        mb.concat(values=[rb_zr, np.zeros(hidden, np.float32)], axis=0)
+    xw = _linear(ctx, x, w, _sum(ctx, wb, rb_zr))
+    r_zr, r_h, rb_h = _part(ctx, r, 0, 2 * hidden), _part(ctx, r, 2 * hidden, 3 * hidden), \
+        _part(ctx, rb, 2 * hidden, 3 * hidden)
     lbr = bool(ctx.attr("linear_before_reset", 0))
     outputs = [None] * steps
     for t in (reversed(range(steps)) if backward else range(steps)):
         xz, xr, xh = mb.split(x=_step(ctx, xw, t), num_splits=3, axis=-1)
-        hz, hr = mb.split(x=mb.linear(x=h, weight=r_zr), num_splits=2, axis=-1)
+        hz, hr = mb.split(x=_linear(ctx, h, r_zr), num_splits=2, axis=-1)
         z = f(_clipped(ctx, mb.add(x=xz, y=hz)))
         reset = f(_clipped(ctx, mb.add(x=xr, y=hr)))
         if lbr:
-            rec = mb.mul(x=reset, y=mb.linear(x=h, weight=r_h, bias=rb_h))
+            rec = mb.mul(x=reset, y=_linear(ctx, h, r_h, rb_h))
         else:
-            rec = mb.linear(x=mb.mul(x=reset, y=h), weight=r_h, bias=rb_h)
+            rec = _linear(ctx, mb.mul(x=reset, y=h), r_h, rb_h)
         cand = g(_clipped(ctx, mb.add(x=xh, y=rec)))
         h_new = mb.add(x=cand, y=mb.mul(x=z, y=mb.sub(x=h, y=cand)))  # (1 - z) * cand + z * h
         mask = None if masks is None else masks[t]
         outputs[t] = h_new if mask is None else mb.select(cond=mask, a=h_new, b=np.float32(0))
         h = _masked(ctx, mask, h_new, h)
     return mb.stack(values=outputs, axis=0), h
+
+
+@op("RNN")
+def rnn(ctx: Ctx):
+    """The simple RNN unrolled over the (static) sequence, any direction, ``layout`` 0/1, ``clip``, any
+    activation, ``sequence_lens``, constant or run-time W/R/B: h = f(x W^T + h R^T + Wb + Rb)."""
+    w, r, b = (narrow(v) if isinstance(v, np.ndarray) else v for v in (ctx.get(1), ctx.get(2), ctx.get(3)))
+    backwards = _directions(ctx)
+    hidden = _hidden(ctx, w, 1)
+    x, masks = _rnn_input(ctx)
+    acts = _rnn_activations(ctx, ["Tanh"], len(backwards))
+    steps = x.shape[0]
+    if not isinstance(steps, (int, np.integer)):
+        ctx.refuse("a flexible sequence length cannot be unrolled")
+    _check_unroll(ctx, int(steps))
+    ys, hs = [], []
+    for d, backward in enumerate(backwards):
+        bias = None if b is None else _pick(ctx, b, d)
+        bias = None if bias is None else _sum(ctx, _part(ctx, bias, 0, hidden), _part(ctx, bias, hidden, 2 * hidden))
+        xw, rd = _linear(ctx, x, _pick(ctx, w, d), bias), _pick(ctx, r, d)
+        h, outputs = _rnn_state(ctx, 5, d, x, hidden), [None] * int(steps)
+        for t in (reversed(range(int(steps))) if backward else range(int(steps))):
+            h_new = acts[d](_clipped(ctx, ctx.mb.add(x=_step(ctx, xw, t), y=_linear(ctx, h, rd))))
+            mask = None if masks is None else masks[t]
+            outputs[t] = h_new if mask is None else ctx.mb.select(cond=mask, a=h_new, b=np.float32(0))
+            h = _masked(ctx, mask, h_new, h)
+        ys.append(ctx.mb.stack(values=outputs, axis=0))
+        hs.append(h)
+    return _rnn_outputs(ctx, ys, hs)

@@ -21,7 +21,10 @@ def flatten(ctx: Ctx):
 
 @op("Reshape")
 def reshape(ctx: Ctx):
-    x, shape = ctx.get(0), ctx.const(1, "shape")
+    x, shape = ctx.get(0), ctx.get(1, raw=True)
+    if not isinstance(shape, np.ndarray):
+        x = ctx.mb.const(val=narrow(x)) if isinstance(x, np.ndarray) else x
+        return ctx.mb.reshape(x=x, shape=_reshape_at_run_time(ctx, x, shape), name=ctx.name())
     if ctx.attr("allowzero", 0) and 0 in shape:
         ctx.refuse("allowzero=1 with a 0 in the shape has no Core ML equivalent")
     dims = [x.shape[i] if _py_int(d) == 0 else _py_int(d) for i, d in enumerate(shape)]  # ONNX 0: copy that dim
@@ -32,6 +35,31 @@ def reshape(ctx: Ctx):
         dims[unknown[0]] = -1
         return ctx.mb.reshape(x=x, shape=np.array(dims, np.int32), name=ctx.name())
     return ctx.mb.reshape(x=x, shape=runtime_shape(ctx, np.array(dims, dtype=object)), name=ctx.name())
+
+
+def _reshape_at_run_time(ctx: Ctx, x, shape):
+    """A shape known at run time only, as the positive sizes ONNX means: a 0 copies x's size there (unless
+    ``allowzero``), a -1 is what is left of x's size. Its length (the output rank) must be static."""
+    n = shape.shape[0] if len(shape.shape) == 1 else None
+    if not isinstance(n, (int, np.integer)):
+        ctx.refuse(f"a run-time shape of shape {list(shape.shape)} leaves the output rank unknown")
+    shape = _int32(ctx, shape)
+    dims = ctx.mb.shape(x=x)
+    if not ctx.attr("allowzero", 0):  # x's size at each position (1 past x's rank, where ONNX forbids a 0)
+        if n > x.rank:
+            same = ctx.mb.concat(values=[dims, np.ones(n - x.rank, np.int32)], axis=0)
+        else:
+            same = ctx.mb.slice_by_index(x=dims, begin=np.array([0], np.int32), end=np.array([n], np.int32))
+        shape = ctx.mb.select(cond=ctx.mb.equal(x=shape, y=np.int32(0)), a=same, b=shape)
+    unknown = ctx.mb.equal(x=shape, y=np.int32(-1))
+    known = ctx.mb.reduce_prod(x=ctx.mb.select(cond=unknown, a=np.int32(1), b=shape), axes=[0], keep_dims=True)
+    rest = ctx.mb.floor_div(x=ctx.mb.reduce_prod(x=dims, axes=[0], keep_dims=True), y=known)
+    return ctx.mb.select(cond=unknown, a=rest, b=shape)
+
+
+def _int32(ctx: Ctx, v):
+    """An index-like var as int32."""
+    return v if np_dtype(v) == np.int32 else ctx.mb.cast(x=v, dtype="int32")
 
 
 def _py_int(d):
@@ -133,9 +161,12 @@ def slice_(ctx: Ctx):
     if ctx.opset < 10:
         starts, ends, axes, steps = ctx.attr("starts"), ctx.attr("ends"), ctx.attr("axes"), None
     else:
-        starts, ends = ctx.const(1, "starts").tolist(), ctx.const(2, "ends").tolist()
         axes = ctx.const(3, "axes").tolist() if len(ctx.node.input) > 3 and ctx.node.input[3] else None
         steps = ctx.const(4, "steps").tolist() if len(ctx.node.input) > 4 and ctx.node.input[4] else None
+        known = [ctx.get(i, raw=True) for i in (1, 2)]  # object arrays hold flexible sizes: known at run time
+        if not all(isinstance(v, np.ndarray) and v.dtype != object for v in known):
+            return _slice_at_run_time(ctx, x, axes, steps)
+        starts, ends = ctx.const(1, "starts").tolist(), ctx.const(2, "ends").tolist()
     axes = [int(a) % x.rank for a in (axes if axes is not None else range(len(starts)))]
     steps = steps or [1] * len(axes)
     begin, end, stride = [0] * x.rank, [0] * x.rank, [1] * x.rank
@@ -170,6 +201,44 @@ def slice_(ctx: Ctx):
                                  stride=np.array(stride, np.int32), end_mask=end_mask, name=ctx.name())
 
 
+def _slice_at_run_time(ctx: Ctx, x, axes: list[int] | None, steps: list[int] | None):
+    """Starts or ends known at run time only (constant axes and steps): ONNX's clamping computed on int32
+    vectors (negative indices + n, then [0, n], or [0, n-1] / [-1, n-1] for negative steps, which reverse the
+    axis first and index it as n - 1 - i), scattered into a full-rank slice."""
+    starts, ends = (_int32(ctx, v) if not isinstance(v, np.ndarray) else narrow(v) for v in (ctx.get(1), ctx.get(2)))
+    count = starts.shape[0]
+    if not isinstance(count, (int, np.integer)):
+        ctx.refuse(f"run-time starts of shape {list(starts.shape)} leave the sliced axes unknown")
+    axes = [int(a) % x.rank for a in (axes if axes is not None else range(count))]
+    steps = [int(s) for s in (steps or [1] * count)]
+    if 0 in steps:
+        ctx.refuse("a slice step of 0 is invalid")
+    back = np.array([s < 0 for s in steps])
+    sizes = [x.shape[a] for a in axes]
+    n = np.array(sizes, np.int32) if _static(sizes) else ctx.mb.gather(x=ctx.mb.shape(x=x),
+                                                                        indices=np.array(axes, np.int32), axis=0)
+    top = ctx.mb.sub(x=n, y=back.astype(np.int32))  # the largest start: n, or n - 1 going backwards
+
+    def clamp(v, low, high):
+        v = ctx.mb.select(cond=ctx.mb.less(x=v, y=np.int32(0)), a=ctx.mb.add(x=v, y=n), b=v)
+        return ctx.mb.minimum(x=ctx.mb.maximum(x=v, y=low), y=high)
+
+    begin = clamp(starts, np.int32(0), top)
+    end = clamp(ends, -back.astype(np.int32), top)
+    if back.any():  # reversed axes index from their end: n - 1 - i
+        last = ctx.mb.sub(x=n, y=np.int32(1))
+        begin = ctx.mb.select(cond=back, a=ctx.mb.sub(x=last, y=begin), b=begin)
+        end = ctx.mb.select(cond=back, a=ctx.mb.sub(x=last, y=end), b=end)
+        x = ctx.mb.reverse(x=x, axes=sorted({a for a, b in zip(axes, back) if b}))
+    where = {a: i for i, a in enumerate(axes)}
+    order = np.array([where.get(a, count) for a in range(x.rank)], np.int32)
+    full = [ctx.mb.gather(x=ctx.mb.concat(values=[v, np.zeros(1, np.int32)], axis=0), indices=order, axis=0)
+            for v in (begin, end)]
+    stride = np.array([abs(steps[where[a]]) if a in where else 1 for a in range(x.rank)], np.int32)
+    return ctx.mb.slice_by_index(x=x, begin=full[0], end=full[1], stride=stride,
+                                 end_mask=[a not in where for a in range(x.rank)], name=ctx.name())
+
+
 def _saturate(index: int) -> int:
     """An ONNX slice index as int32 (INT64_MIN/MAX mean "from the start"/"to the end" and stay so)."""
     return int(min(max(index, INT32.min), INT32.max))
@@ -181,24 +250,29 @@ def _clamp(index: int, n: int) -> int:
 
 @op("Pad")
 def pad(ctx: Ctx):
-    """Constant/reflect/edge; opset 18's ``axes`` expanded to every dim; negative pads crop (a slice after)."""
+    """Constant/reflect/edge; opset 18's ``axes`` expanded to every dim; negative pads crop (a slice after).
+    Pads or a constant value known at run time only go through ``_pad_at_run_time`` and ``_padded``; wrap mode
+    through ``_wrapped``."""
     x = ctx.get(0)
     mode = ctx.attr("mode", "constant")
-    if mode not in ("constant", "reflect", "edge"):
+    if mode not in ("constant", "reflect", "edge", "wrap"):
         ctx.refuse(f"mode={mode} has no Core ML equivalent")
-    pads = ctx.attr("pads") if ctx.opset < 11 else ctx.const(1, "pads").tolist()
-    value = ctx.attr("value", 0.0) if ctx.opset < 11 else (ctx.const(2, "constant_value") if len(ctx.node.input) > 2
-                                                            and ctx.node.input[2] else 0.0)
+    pads = ctx.attr("pads") if ctx.opset < 11 else ctx.get(1)
+    value = ctx.attr("value", 0.0) if ctx.opset < 11 else ctx.get(2)
     rank = x.rank
     axes = ctx.const(3, "axes").tolist() if len(ctx.node.input) > 3 and ctx.node.input[3] else list(range(rank))
+    if not isinstance(pads, (list, np.ndarray)):
+        return _pad_at_run_time(ctx, x, _int32(ctx, pads), [a % rank for a in axes], mode, value)
+    pads = list(pads)
     begins, ends = [0] * rank, [0] * rank
     for k, a in enumerate(axes):
         begins[a % rank], ends[a % rank] = int(pads[k]), int(pads[k + len(axes)])
+    if mode == "wrap":
+        return _wrapped(ctx, x, list(zip(begins, ends)))
     y = x
     if any(p > 0 for p in begins + ends):
-        mil = [max(v, 0) for i in range(rank) for v in (begins[i], ends[i])]
-        y = ctx.mb.pad(x=x, pad=np.array(mil, np.int32), mode="replicate" if mode == "edge" else mode,
-                       constant_val=float(np.asarray(value).reshape(-1)[0]) if np.size(value) else 0.0)
+        y = _padded(ctx, x, np.array([max(v, 0) for i in range(rank) for v in (begins[i], ends[i])], np.int32),
+                    mode, value)
     if any(p < 0 for p in begins + ends):
         if not _static([y.shape[i] for i in range(rank) if ends[i] < 0]):
             ctx.refuse("negative pads (cropping) at the end of a flexible dim are not lowered")
@@ -206,6 +280,88 @@ def pad(ctx: Ctx):
         y = ctx.mb.slice_by_index(x=y, begin=np.array([max(-b, 0) for b in begins], np.int32),
                                   end=np.array(stop, np.int32), end_mask=[e >= 0 for e in ends])
     return ctx.mb.identity(x=y, name=ctx.name())
+
+
+def _wrapped(ctx: Ctx, x, pads: list):
+    """Wrap padding as a gather per padded axis, as onnxruntime: negative pads crop first, the positive ones then
+    wrap around what is left (n' elements from ``lo``): source ``lo + (i mod n')`` for i in [-begin, n' + end).
+    Constants, or int32 ops on pads known at run time (``pads`` per axis: a (begin, end) pair of ints or of [1]
+    vars, None for an axis left alone)."""
+    mb = ctx.mb
+    for a, pair in enumerate(pads):
+        if pair is None or isinstance(pair[0], int) and pair == (0, 0):
+            continue
+        n, (b, e) = x.shape[a], pair
+        if not isinstance(n, (int, np.integer)):
+            ctx.refuse(f"wrap padding of the flexible dim {a} is not lowered")
+        if isinstance(b, int):
+            lo, kept = max(-b, 0), int(n) - max(-b, 0) - max(-e, 0)
+            indices = (lo + np.arange(-max(b, 0), kept + max(e, 0)) % kept).astype(np.int32)
+        else:
+            (grow_b, grow_e), (lo, hi) = ((mb.maximum(x=v, y=np.int32(0)) for v in pair),
+                                          (mb.maximum(x=mb.sub(x=np.int32(0), y=v), y=np.int32(0)) for v in pair))
+            kept = mb.sub(x=np.int32(n), y=mb.add(x=lo, y=hi))
+            i = mb.range_1d(start=mb.squeeze(x=mb.sub(x=np.int32(0), y=grow_b)),
+                            end=mb.squeeze(x=mb.add(x=kept, y=grow_e)), step=np.int32(1))
+            indices = mb.add(x=lo, y=mb.sub(x=i, y=mb.mul(x=mb.floor_div(x=i, y=kept), y=kept)))
+        x = mb.gather(x=x, indices=indices, axis=a)
+    return mb.identity(x=x, name=ctx.name())
+
+
+def _padded(ctx: Ctx, x, pad, mode: str, value):
+    """MIL's pad of x by ``pad`` ([begin, end] per dim, non-negative); a run-time constant value (MIL wants a
+    constant) fills where a padded mask of ones is 0."""
+    mode = "replicate" if mode == "edge" else mode
+    if value is None or isinstance(value, (float, int, np.ndarray)):
+        fill = np.asarray(value if value is not None else 0).reshape(-1)
+        return _pad_op(ctx, x, pad, mode, fill[0] if fill.size else 0)
+    y = _pad_op(ctx, x, pad, mode, 0)
+    if mode != "constant":
+        return y
+    inside = ctx.mb.pad(x=ctx.mb.fill(shape=ctx.mb.shape(x=x), value=np.float32(1)), pad=pad, mode="constant",
+                        constant_val=np.float32(0))
+    value = ctx.mb.reshape(x=same_dtype(ctx, y, value)[1], shape=np.array([1] * x.rank, np.int32))
+    return ctx.mb.select(cond=ctx.mb.cast(x=inside, dtype="bool"), a=y, b=value)
+
+
+def _pad_op(ctx: Ctx, x, pad, mode: str, fill):
+    """MIL's pad, which takes floats only: bools through fp32; int32 as three 11-bit pieces (exact also in fp16
+    compute), padded each and joined again."""
+    dtype, mb = np_dtype(x), ctx.mb
+    if dtype.kind == "f":
+        return mb.pad(x=x, pad=pad, mode=mode, constant_val=dtype.type(fill))
+    if dtype == np.bool_:
+        y = mb.pad(x=mb.cast(x=x, dtype="fp32"), pad=pad, mode=mode, constant_val=np.float32(bool(fill)))
+        return mb.cast(x=y, dtype="bool")
+    fill, base = int(np.clip(int(fill), INT32.min, INT32.max)), np.int32(1 << 11)
+    pieces, rest = [], x
+    for _ in range(2):  # the two low pieces in [0, 2048); what is left is in [-512, 512)
+        high = mb.floor_div(x=rest, y=base)
+        pieces.append(mb.sub(x=rest, y=mb.mul(x=high, y=base)))
+        rest = high
+    fills = [fill & 2047, (fill >> 11) & 2047, fill >> 22]
+    padded = [mb.cast(x=mb.pad(x=mb.cast(x=v, dtype="fp32"), pad=pad, mode=mode, constant_val=np.float32(f)),
+                      dtype="int32") for v, f in zip(pieces + [rest], fills)]
+    return mb.add(x=mb.mul(x=mb.add(x=mb.mul(x=padded[2], y=base), y=padded[1]), y=base), y=padded[0])
+
+
+def _pad_at_run_time(ctx: Ctx, x, pads, axes: list[int], mode: str, value):
+    """Pads known at run time only: MIL's pad by the positive ones (in MIL's [begin, end] per dim order, 0 on
+    the dims ``axes`` leaves out), then a slice cropping by the negative ones; wrap mode by ``_wrapped``."""
+    k, rank = len(axes), x.rank
+    where = {a: i for i, a in enumerate(axes)}
+    if mode == "wrap":
+        return _wrapped(ctx, x, [tuple(ctx.mb.gather(x=pads, indices=np.array([where[a] + j * k], np.int32), axis=0)
+                                       for j in (0, 1)) if a in where else None for a in range(rank)])
+    order = [p for a in range(rank) for p in ((where[a], where[a] + k) if a in where else (2 * k, 2 * k))]
+    mil = ctx.mb.gather(x=ctx.mb.concat(values=[pads, np.zeros(1, np.int32)], axis=0),
+                        indices=np.array(order, np.int32), axis=0)
+    y = _padded(ctx, x, ctx.mb.maximum(x=mil, y=np.int32(0)), mode, value)
+    crop = ctx.mb.maximum(x=ctx.mb.sub(x=np.int32(0), y=mil), y=np.int32(0))
+    begin = ctx.mb.gather(x=crop, indices=np.arange(0, 2 * rank, 2, dtype=np.int32), axis=0)
+    end = ctx.mb.sub(x=ctx.mb.shape(x=y), y=ctx.mb.gather(x=crop, indices=np.arange(1, 2 * rank, 2, dtype=np.int32),
+                                                           axis=0))
+    return ctx.mb.slice_by_index(x=y, begin=begin, end=end, name=ctx.name())
 
 
 @op("Split")
@@ -281,7 +437,9 @@ def range_(ctx: Ctx):
 
 @op("Tile")
 def tile(ctx: Ctx):
-    return ctx.mb.tile(x=ctx.get(0), reps=narrow(ctx.const(1, "repeats")), name=ctx.name())
+    reps = ctx.get(1)
+    return ctx.mb.tile(x=ctx.get(0), reps=narrow(reps) if isinstance(reps, np.ndarray) else _int32(ctx, reps),
+                       name=ctx.name())
 
 
 @op("CumSum")
@@ -312,9 +470,9 @@ def gather_elements(ctx: Ctx):
 def trilu(ctx: Ctx):
     """x where the last two axes' (row i, column j) keep j - i >= k (upper) or j - i <= k (lower), else 0:
     a constant mask for static sizes, else one from ``band_part`` over ones of x's run-time shape."""
-    x, k = ctx.get(0), ctx.const(1, "k") if len(ctx.node.input) > 1 and ctx.node.input[1] else np.zeros(1)
-    if k.dtype == object:
-        ctx.refuse("its k must be a constant for Core ML")
+    x, k = ctx.get(0), ctx.get(1, raw=True) if len(ctx.node.input) > 1 and ctx.node.input[1] else np.zeros(1)
+    if not isinstance(k, np.ndarray) or k.dtype == object:
+        return _trilu_at_run_time(ctx, x, _int32(ctx, ctx.get(1)))
     k, upper = int(np.clip(k.reshape(-1)[0], INT32.min + 1, INT32.max - 1)), bool(ctx.attr("upper", 1))
     zero = np.zeros((), np_dtype(x))
     rows, cols = x.shape[-2:]
@@ -333,6 +491,22 @@ def trilu(ctx: Ctx):
     mask = ctx.mb.cast(x=ctx.mb.band_part(x=ones, lower=np.int32(band[0]), upper=np.int32(band[1])), dtype="bool")
     return ctx.mb.select(cond=mask, a=x, b=zero, name=ctx.name()) if kept else \
         ctx.mb.select(cond=mask, a=zero, b=x, name=ctx.name())
+
+
+def _trilu_at_run_time(ctx: Ctx, x, k):
+    """Trilu with k known at run time only: x where column - row (a constant for static sizes, else from
+    ``range_1d`` over x's run-time shape) is >= k (upper) or <= k (lower), else 0."""
+    rows, cols = x.shape[-2:]
+    if _static([rows, cols]):
+        offsets = (np.arange(int(cols))[None, :] - np.arange(int(rows))[:, None]).astype(np.int32)
+    else:
+        dims = ctx.mb.shape(x=x)
+        size = [ctx.mb.gather(x=dims, indices=np.int32(x.rank + i), axis=0) for i in (-2, -1)]
+        row, col = (ctx.mb.range_1d(start=np.int32(0), end=s, step=np.int32(1)) for s in size)
+        offsets = ctx.mb.sub(x=ctx.mb.expand_dims(x=col, axes=[0]), y=ctx.mb.expand_dims(x=row, axes=[1]))
+    k = ctx.mb.reshape(x=k, shape=np.array([1, 1], np.int32))
+    keep = (ctx.mb.greater_equal if ctx.attr("upper", 1) else ctx.mb.less_equal)(x=offsets, y=k)
+    return ctx.mb.select(cond=keep, a=x, b=np.zeros((), np_dtype(x)), name=ctx.name())
 
 
 @op("Shape")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from onnxbridge.backends.coreml.ctimport import import_ct
-from onnxbridge.backends.coreml.lower import FP16_MAX, INT32, OPS, TARGETS, Ctx, _mil_name
+from onnxbridge.backends.coreml.lower import FP16_MAX, INT32, OPS, TARGETS, Ctx, _mil_name, narrow, runtime_shape
 from onnxbridge.backends.coreml.onnx_file import read_onnx
 from onnxbridge.errors import BadInputError, UnsupportedError
 from onnxbridge.fileio import staging_folder, writing
@@ -35,10 +35,10 @@ def _lowerable(node: "onnx.NodeProto") -> bool:
 
 
 def fold(node: "onnx.NodeProto", values: dict, opset: int, sources: dict | None = None) -> list[np.ndarray] | None:
-    """The node's outputs when they are known before run time: a Constant, a Shape, or any op whose inputs are
-    all constants (evaluated with onnx's reference evaluator), else None.
+    """The node's outputs when they are known before run time: a Constant, a Shape, a Size, or any op whose inputs
+    are all constants (evaluated with onnx's reference evaluator), else None.
 
-    A Shape with flexible dims gives an object array holding ints and the MIL symbols of those dims
+    A Shape (or Size) with flexible dims gives an object array holding ints and the MIL symbols of those dims
     (``sources`` learns which var and axis each symbol can be read from at run time); shape arithmetic on such
     arrays is folded symbolically (``_fold_symbolic``)."""
     import onnx
@@ -47,13 +47,13 @@ def fold(node: "onnx.NodeProto", values: dict, opset: int, sources: dict | None 
     if node.op_type == "Constant":
         return [constant_value(node)]
     inputs = [values.get(name) for name in node.input if name]
-    if node.op_type == "Shape" and inputs and not isinstance(inputs[0], np.ndarray):
+    if node.op_type in ("Shape", "Size") and inputs and not isinstance(inputs[0], np.ndarray):
         shape = list(inputs[0].shape)
-        if all(isinstance(d, (int, np.integer)) for d in shape):
-            return [np.array(shape, np.int64)[_shape_slice(node, len(shape))]]
         for axis, d in enumerate(shape):
             if sources is not None and not isinstance(d, (int, np.integer)):
                 sources.setdefault(d, (inputs[0], axis))
+        if node.op_type == "Size":
+            return [_as_shape_value(np.array(math.prod(shape), dtype=object))]
         return [_as_shape_value(np.array(shape, dtype=object)[_shape_slice(node, len(shape))])]
     if any(isinstance(v, np.ndarray) and v.dtype == object for v in inputs):
         if not all(isinstance(v, np.ndarray) for v in inputs):
@@ -202,12 +202,16 @@ INPUT_DTYPES = {"FLOAT": ("fp32", None), "DOUBLE": ("fp32", None), "FLOAT16": ("
                 "BOOL": ("int32", "bool")}
 
 
-def _input_dims(vi, dynamic: dict, samples: dict, fixed: dict) -> list:
+def _input_dims(vi, dynamic: dict, samples: dict, fixed: dict) -> list | None:
     """An input's dims: ints, or ``(label, lower, upper, default)`` for a flexible one (``fixed``: sizes from
-    ``--input-shape`` that replace flexible dims)."""
+    ``--input-shape`` that replace flexible dims, or give the shape of an input that has none); None when its rank
+    is unknown (no shape in ONNX, none given)."""
+    if not vi.type.tensor_type.HasField("shape"):
+        shape = fixed.get(vi.name)
+        return [int(d) for d in shape] if shape and all(isinstance(d, int) for d in shape) else None
     dims = []
     for axis, d in enumerate(vi.type.tensor_type.shape.dim):
-        if d.HasField("dim_value") and d.dim_value > 0:
+        if d.HasField("dim_value"):  # 0 too: an empty input, refused by _input_problem
             dims.append(int(d.dim_value))
             continue
         shape = fixed.get(vi.name)
@@ -217,19 +221,25 @@ def _input_dims(vi, dynamic: dict, samples: dict, fixed: dict) -> list:
         lo, hi = dynamic.get((vi.name, axis), (None, None))
         lo, hi = lo or 1, hi or DEFAULT_UPPER
         sample = samples.get(vi.name)
+        if sample is not None and axis < len(sample) and sample[axis] == 0:
+            dims.append(0)  # an empty sample
+            continue
         default = sample[axis] if sample is not None and axis < len(sample) and lo <= sample[axis] <= hi else lo
         dims.append((d.dim_param or f"{vi.name}_dim{axis}", lo, hi, int(default)))
     return dims
 
 
-def _input_problem(kind: str, dims: list) -> str | None:
+def _input_problem(kind: str, dims: list | None) -> str | None:
     """Why Core ML cannot take an input of ONNX type ``kind`` with ``dims`` (``_input_dims``), None if it can."""
     if kind not in INPUT_DTYPES:
         return f"is {kind}; Core ML inputs are float or integer tensors"
-    if not dims:
-        return f"is a scalar (rank 0); Core ML inputs have rank 1 to {MAX_RANK}"
+    if dims is None:
+        return "has no shape (unknown rank); give one with --input-shape"
     if len(dims) > MAX_RANK:
         return f"has rank {len(dims)}; Core ML allows rank <= {MAX_RANK}"
+    if 0 in dims:
+        shown = [d if isinstance(d, int) else d[0] for d in dims]
+        return f"is empty (dims {shown}); Core ML arrays have sizes >= 1"
     big = [d for d in dims if isinstance(d, int) and d > INT32.max]
     if big:
         return f"has dim {big[0]}; Core ML sizes are int32"
@@ -238,17 +248,17 @@ def _input_problem(kind: str, dims: list) -> str | None:
 
 
 def _input_specs(model: "onnx.ModelProto", inits: dict, ranges: dict, samples: dict, fixed: dict, notes: list,
-                 refuse) -> tuple[dict, list, dict, set]:
+                 refuse) -> tuple[dict, list, dict, set, set]:
     """MIL ``TensorSpec`` by name, coremltools ``TensorType``s (their ``RangeDim``s reach the spec), the cast
-    each input needs inside the program (by ONNX name), and the inputs refused (dtype, rank, size, or a MIL name
-    another input has)."""
+    each input needs inside the program (by ONNX name), the inputs refused (dtype, rank, size, or a MIL name
+    another input has), and the rank-0 ones (Core ML inputs have rank >= 1: they are [1], squeezed inside)."""
     import onnx
 
     ct = import_ct()
     from coremltools.converters.mil import Builder as mb
     from coremltools.converters.mil.mil import get_new_symbol, types
 
-    specs, types_, casts, symbols, bad = {}, [], {}, {}, set()
+    specs, types_, casts, symbols, bad, scalars = {}, [], {}, {}, set(), set()
     for vi in model.graph.input:
         if vi.name in inits:
             continue
@@ -262,9 +272,13 @@ def _input_specs(model: "onnx.ModelProto", inits: dict, ranges: dict, samples: d
             bad.add(vi.name)
             continue
         mil_dtype, casts[vi.name] = INPUT_DTYPES[kind]
-        if kind in ("INT64", "DOUBLE", "BOOL", "FLOAT16"):
+        if kind not in ("FLOAT", "INT32"):
             notes.append(f"input '{vi.name}' is {kind} in ONNX and {mil_dtype} in Core ML"
                          + (" (values beyond int32 saturate)" if kind == "INT64" else ""))
+        if not dims:
+            notes.append(f"input '{vi.name}' is rank 0 in ONNX: the Core ML input is [1]")
+            scalars.add(vi.name)
+            dims = [1]
         mil_dims, ct_dims = [], []
         for d in dims:
             if isinstance(d, int):
@@ -278,7 +292,7 @@ def _input_specs(model: "onnx.ModelProto", inits: dict, ranges: dict, samples: d
         specs[name] = mb.TensorSpec(shape=tuple(mil_dims), dtype=types.int32 if mil_dtype == "int32" else types.fp32)
         types_.append(ct.TensorType(name=name, shape=ct.Shape(ct_dims),
                                     dtype=np.int32 if mil_dtype == "int32" else np.float32))
-    return specs, types_, casts, bad
+    return specs, types_, casts, bad, scalars
 
 
 class _Blocked(Exception):
@@ -299,24 +313,26 @@ def clamp_fp16(value):
 
 
 def program(model: "onnx.ModelProto", target: str, dynamic=(), sample_shapes=None, notes: list | None = None,
-            input_shapes: dict | None = None, collect: list | None = None, fp16: bool = False):
+            input_shapes: dict | None = None, collect: list | None = None, fp16: bool = False,
+            scalar_outputs: list | None = None):
     """The MIL program of ``model``. Flexible input dims become MIL symbols (one per ONNX dim label) with a
     ``RangeDim`` from ``dynamic`` (``DynamicAxis`` min/max) or ``[1, DEFAULT_UPPER]``. Integer inputs are int32
     (int64 values saturate), float ones fp32; ``notes`` collects what changed at the interface.
 
     ``fp16``: float constants are clamped to fp16's range (``clamp_fp16``) as they enter the program.
+    ``scalar_outputs`` collects the MIL names of the outputs that are rank 0 in ONNX (Core ML outputs them as [1]).
     With ``collect`` (a list), nothing is raised: every refusal is appended (naming node, op and reason), nodes
     fed by a refused one are skipped, and None is returned (``onnxbridge check``)."""
-    import onnx
     from onnx import numpy_helper
 
     from onnxbridge.adapters import default_opset
 
     ct = import_ct()
     from coremltools.converters.mil import Builder as mb
-    from coremltools.converters.mil.mil import Function, Program, types
+    from coremltools.converters.mil.mil import Function, Program
 
     notes = [] if notes is None else notes
+    scalar_outputs = [] if scalar_outputs is None else scalar_outputs
     problems = blockers(model)
     if problems and collect is None:
         raise UnsupportedError(f"{len(problems)} node(s) cannot be lowered to Core ML; first: {problems[0]}")
@@ -331,8 +347,10 @@ def program(model: "onnx.ModelProto", target: str, dynamic=(), sample_shapes=Non
     g = model.graph
     inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     ranges = {(d.name, d.axis): (d.min, d.max) for d in dynamic}
-    specs, types_, casts, bad = _input_specs(model, inits, ranges, sample_shapes or {}, input_shapes or {},
-                                             notes, refuse)
+    specs, types_, casts, bad, scalars = _input_specs(model, inits, ranges, sample_shapes or {},
+                                                      input_shapes or {}, notes, refuse)
+    if all(vi.name in inits for vi in g.input):
+        refuse("the model has no inputs; a Core ML model needs at least one (Core ML does not load one without)")
     blocked = {i for i, n in enumerate(g.node) if not _lowerable(n)}
     for sparse in g.sparse_initializer:
         refuse(f"sparse initializer '{sparse.values.name}' is not lowered")
@@ -347,7 +365,8 @@ def program(model: "onnx.ModelProto", target: str, dynamic=(), sample_shapes=Non
                 ctx.values[vi.name] = _POISON
             elif vi.name not in inits:
                 var = func.inputs[_mil_name(vi.name)]
-                ctx.values[vi.name] = mb.cast(x=var, dtype=casts[vi.name]) if casts[vi.name] else var
+                value = mb.squeeze(x=var, axes=[0]) if vi.name in scalars else var
+                ctx.values[vi.name] = mb.cast(x=value, dtype=casts[vi.name]) if casts[vi.name] else value
                 for axis, d in enumerate(var.shape):
                     if not isinstance(d, (int, np.integer)):
                         ctx.symbols.setdefault(d, (var, axis))
@@ -363,29 +382,73 @@ def program(model: "onnx.ModelProto", target: str, dynamic=(), sample_shapes=Non
                 refuse(str(exc))
                 ctx.values.update({name: _POISON for name in node.output})
         outputs = []
+        producers = {name: node for node in g.node for name in node.output}
         for vi in g.output:
             value = ctx.values.get(vi.name, _POISON)
             if value is _POISON:
                 if vi.name not in ctx.values:
                     refuse(f"output '{vi.name}' is not computed by the lowering of the node that makes it")
                 continue
-            if isinstance(value, np.ndarray):
-                refuse(f"output '{vi.name}' is a constant; Core ML programs need computed outputs")
-                continue
-            if value.dtype == types.bool:  # Core ML outputs are numbers
-                notes.append(f"output '{vi.name}' is BOOL in ONNX and int32 (0/1) in Core ML")
-                value = mb.cast(x=value, dtype="int32")
-            elif value.dtype == types.int32 and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64:
-                notes.append(f"output '{vi.name}' is INT64 in ONNX and int32 in Core ML")
-            if value.name != _mil_name(vi.name):
-                value = mb.identity(x=value, name=_mil_name(vi.name))
-            outputs.append(value)
+            try:
+                outputs.append(_graph_output(ctx, vi, producers.get(vi.name), notes, scalar_outputs))
+            except UnsupportedError as exc:
+                refuse(str(exc))
         if collect is not None:
             return None
         func.set_outputs(outputs)
     prog = Program()
     prog.add_function("main", func)
     return prog
+
+
+def _graph_output(ctx: Ctx, vi: "onnx.ValueInfoProto", producer: "onnx.NodeProto | None", notes: list,
+                  scalar_outputs: list):
+    """The MIL var of graph output ``vi``, named as Core ML shows it: computed at run time if it was folded
+    (``_computed``), bool as int32, rank 0 as [1] (its MIL name added to ``scalar_outputs``); ``notes`` says
+    what changed."""
+    import onnx
+    from coremltools.converters.mil.mil import types
+
+    value, name = ctx.values[vi.name], _mil_name(vi.name)
+    if isinstance(value, np.ndarray):
+        value = _computed(ctx, vi.name, value, producer, notes)
+    if value.dtype == types.bool:  # Core ML outputs are numbers
+        notes.append(f"output '{vi.name}' is BOOL in ONNX and int32 (0/1) in Core ML")
+        value = ctx.mb.cast(x=value, dtype="int32")
+    elif value.dtype == types.int32 and vi.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+        notes.append(f"output '{vi.name}' is INT64 in ONNX and int32 in Core ML")
+    if value.rank == 0:  # Core ML outputs have rank >= 1 (predict gives a rank-0 MIL output as [1] anyway)
+        notes.append(f"output '{vi.name}' is rank 0 in ONNX: the Core ML output is [1]")
+        scalar_outputs.append(name)
+        if value.name == name:
+            value.set_name(f"{name}_rank0")
+        return ctx.mb.expand_dims(x=value, axes=[0], name=name)
+    return value if value.name == name else ctx.mb.identity(x=value, name=name)
+
+
+def _computed(ctx: Ctx, name: str, value: np.ndarray, producer: "onnx.NodeProto | None", notes: list):
+    """A graph output that folded to ``value``: a Shape or Size of a var computed from that var's shape at run
+    time, sizes holding flexible dims (an object array) from the shapes of the vars they come from; anything else
+    (a Constant, a Shape of an initializer) is output as a const op (a block output Core ML takes; coremltools
+    folds a static Shape to one too), noted, or refused when MIL cannot hold it exactly."""
+    ctx.node = producer
+    source = ctx.values.get(producer.input[0]) if producer is not None and producer.op_type in ("Shape", "Size") \
+        else None
+    if source is not None and not isinstance(source, np.ndarray) and source.rank > 0 and value.size:
+        shape = ctx.mb.shape(x=source)
+        if producer.op_type == "Size":
+            return ctx.mb.reduce_prod(x=shape, axes=[0], keep_dims=False)
+        picked = range(source.rank)[_shape_slice(producer, source.rank)]
+        return ctx.mb.slice_by_index(x=shape, begin=np.array([picked.start], np.int32),
+                                     end=np.array([picked.stop], np.int32))
+    if value.dtype == object:
+        return runtime_shape(ctx, value)
+    const = narrow(value) if value.dtype.kind in "biuf" else None
+    if const is None or not value.size or (value.dtype.kind in "iu" and not np.array_equal(const, value)):
+        why = "empty" if const is not None and not value.size else f"{value.dtype} values MIL cannot hold exactly"
+        raise UnsupportedError(f"output '{name}' is a constant ({why}); Core ML cannot output it")
+    notes.append(f"output '{name}' is a constant in ONNX (no input changes it): Core ML outputs its value")
+    return ctx.mb.const(val=const)
 
 
 def _lower_node(ctx: Ctx, node: "onnx.NodeProto", target: str) -> None:
@@ -566,7 +629,9 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
     compute_name, _ = APPLIED[precision]
     model, fired = legalize(read_onnx(Path(onnx_path)), input_shapes)
     notes = ["legalized for Core ML: " + ", ".join(fired)] if fired else []
-    prog = program(model, target, dynamic, sample_shapes, notes, input_shapes, fp16=compute_name == "fp16")
+    scalar_outputs: list[str] = []
+    prog = program(model, target, dynamic, sample_shapes, notes, input_shapes, fp16=compute_name == "fp16",
+                   scalar_outputs=scalar_outputs)
     compute = ct.precision.FLOAT16 if compute_name == "fp16" else ct.precision.FLOAT32
     from onnxbridge.quiet import native_output_silenced, quiet
 
@@ -581,6 +646,17 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
         reason = _rejection(exc, target)
         raise UnsupportedError(reason if "needs --target" in reason else
                                f"coremltools rejects the lowered program: {' '.join(str(exc).split())[:300]}") from None
+    try:
+        return _save(mlmodel, model, output, scalar_outputs, notes, caught, target, precision, compute_name)
+    finally:  # coremltools wrote the package to a temporary folder first, and leaves it behind
+        if getattr(mlmodel, "is_temp_package", False):
+            shutil.rmtree(mlmodel.package_path, ignore_errors=True)
+
+
+def _save(mlmodel, model: "onnx.ModelProto", output: Path, scalar_outputs: list[str], notes: list[str],
+          caught: list[str], target: str, precision: str, compute_name: str) -> dict:
+    """Place the package at ``output`` atomically; the facts for the report."""
+    _mark_scalar_outputs(mlmodel, scalar_outputs)
     with writing(output):
         staging = staging_folder(output)
         try:
@@ -606,6 +682,19 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
     return {"target": target, "compute_precision": compute_name, "applied_precision": applied,
             "spec_version": spec.specificationVersion, "renamed": renamed, "flexible_inputs": flexible,
             "notes": notes, "ops": sorted({op.op_type for op in main.operations}), "warnings": caught}
+
+
+# user-defined metadata of a package: the outputs that are rank 0 in ONNX (comma-separated MIL names; Core ML's are
+# [1]), so the runners give them back as rank 0
+SCALAR_OUTPUTS = "onnxbridge.rank0_outputs"
+
+
+def _mark_scalar_outputs(mlmodel, names: list[str]) -> None:
+    """Record ``names`` (rank 0 in ONNX, [1] in Core ML) in the model's metadata and output descriptions."""
+    if names:
+        mlmodel.user_defined_metadata[SCALAR_OUTPUTS] = ",".join(names)
+    for name in names:
+        mlmodel.output_description[name] = "rank 0 (a scalar) in the ONNX model; shape [1] here"
 
 
 @contextlib.contextmanager
@@ -634,16 +723,29 @@ class Runner:
         self.inputs = [d.name for d in spec.description.input]
         self.dtypes = {name: var.dtype for name, var in self.function.inputs.items()}
         self.outputs = [d.name for d in spec.description.output]
+        self.ranges = {d.name: _input_ranges(d) for d in spec.description.input}
+        # inputs fixed at build: validation gives the package only samples of these shapes ([1] may be rank 0)
+        self.static_shapes = {n: [lo for lo, _ in r] for n, r in self.ranges.items()
+                              if all(lo == hi for lo, hi in r) and [lo for lo, _ in r] != [1]}
+        marked = spec.description.metadata.userDefined.get(SCALAR_OUTPUTS, "")
+        self.scalar_outputs = set(marked.split(",")) if marked else set()
         self.what_ran = (f"host evaluator: onnxbridge's numpy kernels over the MIL program saved in {Path(path).name} "
                          "(not Core ML, which runs only on macOS; its latency is the evaluator's)")
 
     def feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The inputs as the package takes them: MIL names, int32 (saturated) or fp32."""
+        """The inputs as the package takes them: MIL names, int32 (saturated) or fp32, rank 0 as [1]; a shape the
+        package does not take (outside a fixed shape or a flexible dim's range) is refused, as Core ML would."""
         from coremltools.converters.mil.mil import types
 
         named = {_mil_name(k): np.asarray(v) for k, v in feeds.items()}
         for name, dtype in self.dtypes.items():
             value = named[name]
+            if value.ndim == 0 and self.function.inputs[name].rank == 1:  # a rank-0 ONNX input is [1] in Core ML
+                value = named[name] = value.reshape(1)
+            if not all(lo <= n and (hi < 0 or n <= hi) for n, (lo, hi) in zip(value.shape, self.ranges[name])) \
+                    or value.ndim != len(self.ranges[name]):
+                raise ValueError(f"the package takes '{name}' with dims {_dims_text(self.ranges[name])}, not "
+                                 f"{list(value.shape)}")
             if dtype == types.int32:
                 named[name] = np.clip(value, INT32.min, INT32.max).astype(np.int32)
             elif value.dtype != np.float32:
@@ -656,8 +758,26 @@ class Runner:
         return self._outputs(run(self.function, self.feeds(feeds)))
 
     def _outputs(self, result: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(result[n], np.float32) if np.asarray(result[n]).dtype == np.float16 else result[n]
-                for n in self.outputs]
+        """The outputs in order: fp16 as fp32, the rank-0 ONNX ones (``SCALAR_OUTPUTS``) as rank 0."""
+        out = []
+        for name in self.outputs:
+            value = np.asarray(result[name])
+            value = value.astype(np.float32) if value.dtype == np.float16 else value
+            out.append(value.reshape(()) if name in self.scalar_outputs and value.size == 1 else value)
+        return out
+
+
+def _input_ranges(description) -> list[tuple[int, int]]:
+    """(low, high) per dim of a package input: its fixed size twice, or a flexible dim's range (high -1: none)."""
+    array = description.type.multiArrayType
+    ranges = array.shapeRange.sizeRanges
+    if ranges:
+        return [(int(r.lowerBound), int(r.upperBound)) for r in ranges]
+    return [(int(n), int(n)) for n in array.shape]
+
+
+def _dims_text(ranges: list[tuple[int, int]]) -> str:
+    return "[" + ", ".join(str(lo) if lo == hi else f"{lo}..{hi if hi >= 0 else ''}" for lo, hi in ranges) + "]"
 
 
 class PredictRunner(Runner):

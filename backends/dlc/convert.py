@@ -364,14 +364,15 @@ def _static_shapes(onnx_path: Path, context) -> tuple[dict[str, list[int]], list
 def _input_shapes(dlc: container.Dlc, onnx_path: Path) -> dict[str, list[int]]:
     """The DLC's input shapes by the ONNX model's input names (the QNN EP may have sanitized them);
     ArtifactMismatch when the DLC's inputs cannot be the model's (names, ranks, fixed dims)."""
-    from onnxbridge.backends.dlc.prepare import input_dims
+    from onnxbridge.backends.dlc.prepare import empty, input_dims
     from onnxbridge.fileio import load_onnx
 
     try:
         model = load_onnx(onnx_path, load_external_data=False)
     except (BadInputError, OSError) as exc:
         raise HopSkipped(f"the DLC's ONNX model cannot be read: {' '.join(str(exc).split())[:300]}") from None
-    want = {v.name: input_dims(v) for v in graph_inputs(model)}
+    # inputs that hold no element are constants in the prepared model, not DLC inputs
+    want = {v.name: input_dims(v) for v in graph_inputs(model) if not empty(input_dims(v))}
     have = {t.name: t.shape for g in dlc.graphs for t in g.io("input")}
     shapes, problems = {}, container.Lines()
     for name, dims in want.items():

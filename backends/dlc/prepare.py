@@ -1,5 +1,6 @@
-"""The ONNX model a DLC is made from: static input shapes, constants folded, default opset at most 22, and
-only ops onnxruntime's QNN execution provider can take."""
+"""The ONNX model a DLC is made from: static input shapes, constants folded, default opset 7 to 22, legalized by
+the QNN rules (folded again where a rule leaves constants to fold), and only ops onnxruntime's QNN execution
+provider can take."""
 from __future__ import annotations
 
 import math
@@ -13,8 +14,10 @@ if TYPE_CHECKING:
     import onnx
 
 MAX_OPSET = 22  # the newest ONNX opset QAIRT's converters take ("supports upto ONNX Opset 22")
+MIN_OPSET = 7  # onnxruntime-qnn takes no node of a model below it (a bool Not at opset 1 or 6, measured)
 # QNN tensors have uint32 dims and sizes: past them onnxruntime-qnn aborts the process
 MAX_ELEMENTS = 2**32 - 1
+MAX_REFOLDS = 3  # rounds of legalizing and folding again (one is enough for the node suite's inlined functions)
 # ONNX ops with an op builder in onnxruntime's QNN execution provider (onnxruntime/core/providers/qnn/builder/
 # op_builder_factory.cc); whether one node is taken also depends on its attributes and dtypes, which the
 # partition check after the dump catches.
@@ -67,15 +70,15 @@ def shape_blockers(model: "onnx.ModelProto", input_shapes: dict) -> list[str]:
         if given is not None:
             if len(given) != len(dims):
                 out.append(f"--input-shape {name} has {len(given)} dims, the input has {len(dims)}")
-            elif any(not isinstance(g, int) or g <= 0 for g in given):
-                out.append(f"--input-shape {name}:{','.join(map(str, given))} is not static (positive ints)")
+            elif any(not isinstance(g, int) or g < 0 for g in given):
+                out.append(f"--input-shape {name}:{','.join(map(str, given))} is not static (non-negative ints)")
             else:
                 clash = [i for i, (d, g) in enumerate(zip(dims, given)) if isinstance(d, int) and d > 0 and d != g]
                 if clash:
                     out.append(f"--input-shape {name}:{','.join(map(str, given))} differs from the model's fixed "
                                f"dims {dims} at axis {clash[0]}")
                 out += _too_big(f"input '{name}'", given)
-        elif any(not isinstance(d, int) or d <= 0 for d in dims):
+        elif any(not isinstance(d, int) or d < 0 for d in dims):
             example = ",".join(str(d) if isinstance(d, int) and d > 0 else "N" for d in dims)
             out.append(f"input '{name}' has dynamic dims {dims}: a DLC needs static shapes "
                        f"(give --input-shape {name}:{example})")
@@ -151,13 +154,19 @@ def _crashes_qnn(node: "onnx.NodeProto") -> bool:
     return pads[:len(pads) // 2] != pads[len(pads) // 2:]
 
 
+def target_opset(have: int) -> int:
+    """The default opset a model at ``have`` is prepared at: ``have`` moved into [MIN_OPSET, MAX_OPSET]."""
+    return min(max(have, MIN_OPSET), MAX_OPSET)
+
+
 def opset_blockers(model: "onnx.ModelProto") -> list[str]:
     from onnxbridge.adapters import check, default_opset
 
     have = default_opset(model)
-    if have <= MAX_OPSET:
+    want = target_opset(have)
+    if have == want:
         return []
-    return [f"opset {have} -> {MAX_OPSET}: {b}" for b in check(model, MAX_OPSET)]
+    return [f"opset {have} -> {want}: {b}" for b in check(model, want)]
 
 
 def _fix_shapes(model: "onnx.ModelProto", input_shapes: dict) -> dict[str, list[int]]:
@@ -179,6 +188,29 @@ def _fix_shapes(model: "onnx.ModelProto", input_shapes: dict) -> dict[str, list[
     return fixed
 
 
+def empty(dims: list) -> bool:
+    """Whether an input of ``dims`` holds no element (a zero dim): its value is known, and QNN has no such tensor."""
+    return 0 in dims
+
+
+def _empty_inputs_to_constants(model: "onnx.ModelProto") -> list[str]:
+    """Make every input holding no element an empty initializer of its type; their names."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    names = []
+    for value in graph_inputs(model):
+        dims = input_dims(value)
+        if empty(dims):
+            dtype = helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)
+            model.graph.initializer.append(numpy_helper.from_array(np.zeros(dims, dtype), value.name))
+            names.append(value.name)
+    kept = [i for i in model.graph.input if i.name not in names]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return names
+
+
 def _fold(src: Path, dest: Path) -> None:
     """Constant folding (``runtime.fold_constants``), a model onnxruntime cannot load being bad input here."""
     from onnxbridge.runtime import fold_constants
@@ -198,6 +230,27 @@ def legalize(model: "onnx.ModelProto") -> tuple["onnx.ModelProto", list[str]]:
     return apply(model, QNN_RULES)
 
 
+def _legalize_and_refold(model: "onnx.ModelProto", folder: Path) -> tuple["onnx.ModelProto", list[str]]:
+    """``legalize``; after rules whose constants folding takes further (``REFOLD``: a static Shape is a constant,
+    so the shape arithmetic behind it folds away), fold again and legalize again, up to ``MAX_REFOLDS`` times."""
+    import onnx
+
+    from onnxbridge.builder import name_nodes
+    from onnxbridge.legalize.rules import REFOLD
+
+    done: list[str] = []
+    for _ in range(MAX_REFOLDS):
+        model, fired = legalize(model)
+        done += fired
+        if not any(f.split(" ", 1)[0] in REFOLD for f in fired):
+            break
+        onnx.save(model, folder / "legalized.onnx")
+        _fold(folder / "legalized.onnx", folder / "refolded.onnx")
+        model = onnx.load(folder / "refolded.onnx")
+        name_nodes(model.graph)
+    return model, done
+
+
 def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: bool = True) -> Prepared:
     """Write the prepared model into ``folder``; raise with every blocker named when it cannot be
     (``check_ops``: legalize for the QNN execution provider, then refuse ops it has no builder for)."""
@@ -215,10 +268,15 @@ def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: boo
     fixed = _fix_shapes(model, input_shapes)
     if fixed:
         notes.append("input shapes fixed: " + ", ".join(f"{k}={v}" for k, v in fixed.items()))
+    emptied = _empty_inputs_to_constants(model)
+    if emptied:
+        notes.append(f"input(s) {', '.join(emptied)} hold no element: made empty constants (QNN has no zero-size "
+                     "tensors, and their value is known)")
     have = default_opset(model)
-    if have > MAX_OPSET:
-        model = adapt(model, MAX_OPSET)  # raises UnsupportedError naming the first blocker
-        notes.append(f"opset {have} adapted to {MAX_OPSET} (QAIRT takes up to opset {MAX_OPSET})")
+    if have != target_opset(have):
+        model = adapt(model, target_opset(have))  # raises UnsupportedError naming the first blocker
+        notes.append(f"opset {have} adapted to {target_opset(have)} (QAIRT takes up to opset {MAX_OPSET}, the QNN "
+                     f"execution provider no node below opset {MIN_OPSET})")
     name_nodes(model.graph)
     set_ir_version(model)
     folder.mkdir(parents=True, exist_ok=True)
@@ -229,7 +287,7 @@ def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: boo
     model = onnx.load(prepared)
     name_nodes(model.graph)
     if check_ops:
-        model, fired = legalize(model)
+        model, fired = _legalize_and_refold(model, folder)
         if fired:
             notes.append("legalized for the QNN execution provider: " + ", ".join(fired))
     blocked = size_blockers(model) + (op_blockers(model, folded=True) if check_ops else [])

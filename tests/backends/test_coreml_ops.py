@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxbridge
+from tests.backends.coreml_hop import passed_coreml_hop
 
 pytest.importorskip("coremltools")
 
@@ -90,12 +90,7 @@ FEEDS = {"cos_sin": lambda n: {"x": _x(2, n, 8) * 4},
 
 
 def _convert(src: Path, tmp_path: Path, **kw) -> dict:
-    rep = onnxbridge.convert(src, to="coreml", output=tmp_path / "m.mlpackage", report=tmp_path / "r.json", **kw).report
-    coreml = rep["hops"][-1]
-    assert (coreml["from"], coreml["to"]) == ("onnx", "coreml")
-    assert rep["status"] == "passed", [(o["name"], o.get("max_abs"), o.get("error")) for o in coreml["outputs"]] + \
-        coreml["errors"]
-    return rep
+    return passed_coreml_hop(src, tmp_path, **kw)
 
 
 def _fixed(model: onnx.ModelProto, feeds: dict) -> onnx.ModelProto:
@@ -234,18 +229,18 @@ def test_check_no_longer_lists_the_ops(cli, tmp_path):
     assert res.exit_code == 0 and "coreml: can convert" in res.output, res.output
 
 
-def test_a_scalar_input_is_refused_by_name(tmp_path):
-    """Core ML inputs have rank 1 to 5: a rank-0 graph input (Clip's min, CumSum's axis) is a blocker, not a crash
-    inside coremltools."""
+def test_a_scalar_input_that_must_be_constant_is_refused_by_name(tmp_path):
+    """A rank-0 graph input is a [1] Core ML input; where the op needs its value at build time (CumSum's axis) the
+    node is a blocker, not a crash inside coremltools."""
     from onnx import TensorProto, helper
 
-    node = helper.make_node("Clip", ["x", "lo"], ["y"])
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"], name="cs")
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
-                                            helper.make_tensor_value_info("lo", TensorProto.FLOAT, [])],
+                                            helper.make_tensor_value_info("axis", TensorProto.INT64, [])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
-    src = tmp_path / "clip.onnx"
+    src = tmp_path / "cumsum.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), src)
     from onnxbridge.spine import check_targets
 
-    assert check_targets(str(src), ["coreml"])["blockers"] == [
-        "coreml: input 'lo' is a scalar (rank 0); Core ML inputs have rank 1 to 5"]
+    blockers = check_targets(str(src), ["coreml"])["blockers"]
+    assert len(blockers) == 1 and blockers[0].startswith("coreml: node 'cs' (CumSum)") and "axis" in blockers[0]

@@ -167,22 +167,22 @@ def test_dynamic_input_takes_input_shape(cli, tmp_path):
 
 def test_unsupported_op_is_refused_before_trying(cli, tmp_path):
     src = _onnx(tmp_path / "hm.onnx", [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-                                      helper.make_node("Hardmax", ["r"], ["y"], name="hm")], [2, 5])
+                                      helper.make_node("Erf", ["r"], ["y"], name="erf")], [2, 5])
     assert_one_line_error(cli("convert", src, "--to", "dlc", "-o", tmp_path / "a.dlc"), 2,
-                          "node 'hm' (Hardmax)", "QNN execution provider cannot take it")
+                          "node 'erf' (Erf)", "QNN execution provider cannot take it")
     assert not list(tmp_path.glob("*.dlc"))
 
 
 def test_a_split_graph_names_the_nodes_that_fell_out(tmp_path, monkeypatch, native_in_process):
-    """An op our table lets through but the QNN EP does not take (Hardmax, pretended supported) splits the graph
+    """An op our table lets through but the QNN EP does not take (a lone Erf, pretended supported) splits the graph
     into two partitions: the error names the node between them."""
     from onnxbridge.backends.dlc import prepare
 
-    monkeypatch.setattr(prepare, "QNN_OPS", prepare.QNN_OPS | {"Hardmax"})
+    monkeypatch.setattr(prepare, "QNN_OPS", prepare.QNN_OPS | {"Erf"})
     src = _onnx(tmp_path / "split.onnx", [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-                                         helper.make_node("Hardmax", ["r"], ["h"], name="hm"),
+                                         helper.make_node("Erf", ["r"], ["h"], name="erf"),
                                          helper.make_node("Sigmoid", ["h"], ["y"], name="sig")], [2, 5])
-    with pytest.raises(onnxbridge.errors.UnsupportedError, match=r"fell out to the CPU: 'hm' \(Hardmax\)$"):
+    with pytest.raises(onnxbridge.errors.UnsupportedError, match=r"fell out to the CPU: 'erf' \(Erf\)$"):
         onnxbridge.convert(src, to="dlc", output=tmp_path / "s.dlc")
     assert not (tmp_path / "s.dlc").exists()
 
@@ -629,12 +629,13 @@ def test_a_model_without_weights_converts_and_validates(tmp_path):
 
 @pytest.mark.parametrize("attrs", [{"pads": [0, 0, 1, 1]}, {"auto_pad": "SAME_UPPER"}])
 def test_an_average_pool_the_htp_crashes_on_is_refused(tmp_path, attrs):
-    """onnxruntime-qnn's HTP simulator dies (SIGSEGV) on AveragePool with asymmetric padding it does not count."""
-    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], **attrs)
+    """onnxruntime-qnn's HTP simulator dies (SIGSEGV) on AveragePool with asymmetric padding it does not count
+    (dilated here: the padded-pool rule leaves those as they are)."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2, 2], **attrs)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     src = tmp_path / "pool.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), src)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=8), src)
     with pytest.raises(UnsupportedError, match="count_include_pad=0"):
         onnxbridge.convert(str(src), to="dlc", output=str(tmp_path / "pool.dlc"))
     assert not (tmp_path / "pool.dlc").exists()
@@ -656,3 +657,87 @@ def test_dynamic_inputs_take_the_sample_shapes(tmp_path):
     assert rep["status"] == "passed" and rep["hops"][-1]["status"] == "passed"
     assert any("fixed at the sample's shapes (x [3, 4]" in n for n in rep["notes"])
     assert rep["artifact"]["backend"]["input_shapes"] == {"x": [3, 4]}
+
+
+def _node_case(name: str) -> tuple[Path, dict]:
+    """An onnx node test's model and its test_data_set_0 inputs."""
+    import onnx.backend.test
+
+    case = Path(onnx.backend.test.__file__).parent / "data" / "node" / name
+    model = onnx.load(case / "model.onnx")
+    feeds = {}
+    for i, value in enumerate(model.graph.input):
+        tensor = onnx.TensorProto()
+        tensor.ParseFromString((case / "test_data_set_0" / f"input_{i}.pb").read_bytes())
+        feeds[value.name] = numpy_helper.to_array(tensor)
+    return case / "model.onnx", feeds
+
+
+@pytest.mark.parametrize("case,rule", [
+    ("test_layer_normalization_4d_axis1", "layernorm-to-reductions"),  # Mean and InvStdDev outputs, run-time scale
+    ("test_clip_splitbounds", "clip-to-max-min"),
+    ("test_argmin_negative_axis_keepdims_random_select_last_index", "argmin-last-to-reversed"),
+    ("test_dropout_default_mask", "dropout-to-copy"),
+    ("test_hardswish", "hardsigmoid-mul-to-hardswish"),  # the QNN EP's HardSigmoid * x fusion is wrong on the HTP
+    ("test_selu", "selu-to-elu"),
+    ("test_softplus", "softplus-to-exp-log"),
+    ("test_shrink_soft", "shrink-to-where"),
+    ("test_max_one_input", "one-input-variadic-to-reshape"),
+    ("test_gemm_default_vector_bias", "gemm-to-matmul"),  # a [1, N] run-time C: the DLC's inputs are the model's
+    ("test_xor_bcast4v2d", "xor-to-and-or"),
+    ("test_batchnorm_example", "batchnorm-to-arithmetic"),  # run-time scale, mean and variance
+    ("test_gather_elements_negative_indices", "gather-elements-nonnegative-indices"),  # failed on the HTP before
+    ("test_scatter_elements_with_negative_indices", "scatter-elements-nonnegative-indices"),
+    ("test_hardmax_axis_1", "hardmax-to-equal-argmax"),
+    ("test_lppool_2d_pads", "lppool-to-averagepool"),
+    ("test_group_normalization_example", "shape-to-constant"),  # the inlined function's Shape, then folded again
+    ("test_acos", "trig-to-identities"),
+    ("test_isinf_float16", "isinf-to-equal"),
+    ("test_averagepool_2d_precomputed_same_upper", "padded-averagepool-to-pad"),  # the HTP crashed on it before
+    ("test_averagepool_2d_pads", "padded-averagepool-to-pad"),  # wrong numbers on the HTP before
+    ("test_averagepool_2d_ceil", "padded-averagepool-to-pad"),
+    ("test_lppool_2d_same_lower", "lppool-to-averagepool"),
+    ("test_convtranspose_output_shape", "convtranspose-extended-to-slice-pad"),  # wrong numbers on the HTP before
+    ("test_reduce_sum_square_default_axes_keepdims_example", "reduction-to-reducesum"),  # axes: an empty input
+])
+def test_legalized_node_tests_pass_on_the_htp_simulator(tmp_path, case, rule):
+    """Node-suite cases the QNN EP refuses (or the HTP gets wrong) as they stand: legalized, converted, passing the
+    simulator hop; and ``check`` clears them, since it prepares the model as the build does."""
+    from onnxbridge.spine import check_targets
+
+    src, feeds = _node_case(case)
+    rep = onnxbridge.convert(str(src), feeds, to="dlc", output=str(tmp_path / "m.dlc")).report
+    assert rep["status"] == "passed" and rep["hops"][-1]["status"] == "passed", rep["hops"][-1]
+    assert any(n.startswith("legalized") and rule in n for n in rep["notes"]), rep["notes"]
+    assert check_targets(str(src), ["dlc"])["blockers"] == []
+
+
+def test_check_sees_what_folding_removes(tmp_path):
+    """CastLike of a constant (as opset-18 expanded functions write it) is folded away before the QNN EP sees the
+    model: check does not block on it; a run-time op without a QNN builder is still named."""
+    from onnxbridge.spine import check_targets
+
+    nodes = [helper.make_node("CastLike", ["half", "x"], ["h"]), helper.make_node("Mul", ["x", "h"], ["y"])]
+    src = _onnx(tmp_path / "castlike.onnx", nodes, [2, 4], [("half", np.array(0.5, np.float64))])
+    assert check_targets(str(src), ["dlc"])["blockers"] == []
+    src = _onnx(tmp_path / "erf.onnx", [helper.make_node("Erf", ["x"], ["y"], name="erf")], [2, 4])
+    assert any("'erf' (Erf)" in b for b in check_targets(str(src), ["dlc"])["blockers"])
+
+
+def test_an_opset_below_what_the_qnn_ep_takes_is_adapted_up(tmp_path):
+    """onnxruntime-qnn takes no node of an opset-1 model (test_not_2d): it is adapted to opset 7 first."""
+    src, feeds = _node_case("test_not_2d")
+    rep = onnxbridge.convert(str(src), feeds, to="dlc", output=str(tmp_path / "not.dlc")).report
+    assert rep["status"] == "passed" and rep["hops"][-1]["status"] == "passed", rep["hops"][-1]
+    assert rep["artifact"]["backend"]["prepared_opset"] == 7 and any("opset 1 adapted to 7" in n for n in rep["notes"])
+
+
+def test_an_input_holding_no_element_becomes_a_constant(tmp_path):
+    """ReduceSum over an empty axes input (all axes): the input has a known value and QNN no zero-size tensors, so
+    it is an empty constant of the prepared model; the DLC's inputs are the others, and a saved DLC validates."""
+    src, feeds = _node_case("test_reduce_sum_default_axes_keepdims_example")
+    rep = onnxbridge.convert(str(src), feeds, to="dlc", output=str(tmp_path / "m.dlc")).report
+    assert rep["status"] == "passed" and rep["hops"][-1]["status"] == "passed", rep["hops"][-1]
+    assert any("axes hold no element" in n for n in rep["notes"]), rep["notes"]
+    assert [i["name"] for i in rep["artifact"]["backend"]["inputs"]] == ["data"]
+    assert onnxbridge.validate(str(src), str(tmp_path / "m.dlc"), feeds)["status"] == "passed"
