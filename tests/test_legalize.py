@@ -569,6 +569,22 @@ def test_averagepool_the_rule_cannot_take_is_left(attrs):
     assert apply(model, QNN_RULES)[1] == []
 
 
+@pytest.mark.parametrize("attrs", [{"strides": [2, 2], "output_padding": [1, 1]},
+                                   {"strides": [2, 3], "output_shape": [10, 14]},
+                                   {"strides": [2, 2], "output_padding": [1, 0], "pads": [1, 0, 0, 1]}])
+def test_convtranspose_with_output_padding_becomes_full_then_cropped(attrs):
+    """The HTP gets output_padding / output_shape wrong: the full ConvTranspose, then Slice/Pad, then the bias."""
+    w, b = _x((2, 3, 3, 3), seed=1), _x((3,), seed=2)
+    model = _model([helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], **attrs)],
+                   [1, 2, 5, 6], [("w", w), ("b", b)])
+    out = _same(model, [CONVTRANSPOSE], _x((1, 2, 5, 6)), rtol=1e-5, atol=1e-4)
+    conv = next(n for n in out.graph.node if n.op_type == "ConvTranspose")
+    assert not {a.name for a in conv.attribute} & {"output_padding", "output_shape"}
+    plain = _model([helper.make_node("ConvTranspose", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2])],
+                   [1, 2, 5, 6], [("w", w)])
+    assert apply(plain, [CONVTRANSPOSE])[1] == []
+
+
 @pytest.mark.parametrize("op", ["ReduceL1", "ReduceSumSquare", "ReduceLogSum"])
 @pytest.mark.parametrize("opset", [13, 18])
 @pytest.mark.parametrize("axes,keepdims", [([], 1), ([1], 0), ([-1, 0], 1)])

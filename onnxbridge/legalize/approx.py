@@ -19,7 +19,8 @@ from onnx import helper
 
 from onnxbridge.errors import BadInputError
 from onnxbridge.legalize import Graph, Match, Rule, apply
-from onnxbridge.legalize.rules import GELU_TYPES, gelu_pattern
+from onnxbridge.legalize.qnn.common import GELU_TYPES
+from onnxbridge.legalize.qnn.elementwise import gelu_pattern
 
 if TYPE_CHECKING:
     import onnx
