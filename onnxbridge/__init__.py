@@ -16,15 +16,16 @@ from onnxbridge._version import __version__
 if TYPE_CHECKING:
     from onnxbridge.spine import adapt
     from onnxbridge.inspection import summarize as inspect_model
-    from onnxbridge.spine import ConversionResult, convert, validate
+    from onnxbridge.spine import ConversionResult, check_targets, convert, validate
 
-__all__ = ["__version__", "convert", "validate", "adapt", "inspect_model", "ConversionResult"]
+__all__ = ["__version__", "convert", "validate", "adapt", "check_targets", "inspect_model", "ConversionResult"]
 
 _LAZY = {
     "convert": ("onnxbridge.spine", "convert"),
     "validate": ("onnxbridge.spine", "validate"),
     "ConversionResult": ("onnxbridge.spine", "ConversionResult"),
     "adapt": ("onnxbridge.spine", "adapt"),
+    "check_targets": ("onnxbridge.spine", "check_targets"),
     "inspect_model": ("onnxbridge.inspection", "summarize"),
 }
 
