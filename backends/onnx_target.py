@@ -4,6 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Mapping
 
+from onnxbridge.registry import Plugin
+
+PLUGIN = Plugin("onnx", "onnxbridge.backends.onnx_target", requires=("onnx", "onnxruntime"), priority=0,
+                description="ONNX file, run with onnxruntime (the reference runtime)")
+
 NAME = "onnx"
 SUFFIXES = (".onnx",)
 PRECISIONS = ("fp32", "fp16")  # int8 ONNX is not made here: quantize it, then `validate --precision int8`

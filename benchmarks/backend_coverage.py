@@ -164,7 +164,7 @@ def check_verdict(case: Path, backend: str, shapes: list[str]) -> str:
 def run_node_case(case: Path, backends=BACKENDS) -> list[dict]:
     """One node test through each backend's check and conversion; [] when onnxruntime does not run it."""
     import onnxbridge
-    from onnxbridge.backends import BACKENDS as PLUGINS
+    from onnxbridge.plugins import BACKENDS as PLUGINS
 
     feeds = load_inputs(case)
     if not ort_runs(case, feeds):

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from onnxbridge.backends import BuildContext
+    from onnxbridge.plugins import BuildContext
     from onnxbridge.backends.tensorrt import build
 
     rows = []

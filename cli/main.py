@@ -357,8 +357,7 @@ def doctor(ctx, as_json):
     """Every frontend and backend: available or why not, with versions."""
     import json
 
-    from onnxbridge.backends import BACKENDS
-    from onnxbridge.frontends import FRONTENDS
+    from onnxbridge.plugins import BACKENDS, FRONTENDS
     from onnxbridge.report import environment
 
     rows = [FRONTENDS.status(n) for n in FRONTENDS.names()] + [BACKENDS.status(n) for n in BACKENDS.names()]

@@ -6,7 +6,11 @@ from typing import Any, Mapping, Sequence
 
 from onnxbridge.errors import BadInputError
 from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec, random_sample
+
+PLUGIN = Plugin("onnx", "onnxbridge.frontends.onnxfile", requires=("onnx", "onnxruntime"), priority=50,
+                description="an existing ONNX model (re-target opset, validate against it)")
 
 NAME = "onnx"
 

@@ -22,6 +22,8 @@ class Plugin:
     any_of: tuple[str, ...] = ()  # needs at least one of these (e.g. tensorrt or tensorrt-rtx)
     toolchain: str | None = None  # "module:function": a cheap check for a non-pip toolchain that can stand in for
     # ``requires`` (the QAIRT SDK on PATH for dlc); its truthy result means nothing is missing
+    priority: int = 100  # order in listings and in picking a frontend for a source (lower first; built-ins < 100)
+    broken: str | None = None  # why its entry point could not be loaded (the plugin is listed, never used)
 
 
 def dist_version(dist: str) -> str | None:
@@ -36,8 +38,24 @@ class Registry:
 
     def __init__(self, kind: str, plugins: list[Plugin]):
         self.kind = kind
-        self._plugins = {p.name: p for p in plugins}
+        self._plugins = {p.name: p for p in sorted(plugins, key=lambda p: (p.priority, p.name))}
         self._loaded: dict[str, ModuleType] = {}
+
+    @classmethod
+    def from_entry_points(cls, kind: str, group: str) -> "Registry":
+        """The plugins installed distributions declare under entry-point ``group``, each entry point naming a
+        ``Plugin`` (``pkg.module:PLUGIN``, in a module that imports no framework). One that fails to load is kept as
+        ``broken``: listed with the reason, refused when used."""
+        plugins = []
+        for entry in importlib.metadata.entry_points(group=group):
+            try:
+                plugin = entry.load()
+                if not isinstance(plugin, Plugin) or plugin.name != entry.name:
+                    raise TypeError(f"{entry.value} is not a Plugin named '{entry.name}'")
+            except Exception as exc:  # a third party's broken plugin must not break the CLI
+                plugin = Plugin(entry.name, entry.value.partition(":")[0], broken=f"{type(exc).__name__}: {exc}")
+            plugins.append(plugin)
+        return cls(kind, plugins)
 
     def names(self) -> list[str]:
         return list(self._plugins)
@@ -66,6 +84,8 @@ class Registry:
         if name in self._loaded:
             return self._loaded[name]
         plugin = self.plugin(name)
+        if plugin.broken:
+            raise UnavailableError(f"{self.kind} '{name}' failed to load: {plugin.broken}")
         missing = self.missing(name)
         if missing:
             hint = f"pip install 'onnxbridge[{plugin.extra}]'" if plugin.extra else None
@@ -80,11 +100,13 @@ class Registry:
     def status(self, name: str) -> dict:
         """Availability of one plugin, without importing heavy frameworks."""
         plugin = self.plugin(name)
-        missing = self.missing(name)
+        missing = [] if plugin.broken else self.missing(name)
         versions = {d: dist_version(d) for d in (*plugin.requires, *plugin.any_of)}
-        ok = not missing and importlib.util.find_spec(plugin.module) is not None
+        ok = not plugin.broken and not missing and importlib.util.find_spec(plugin.module) is not None
         reason = None
-        if missing:
+        if plugin.broken:
+            reason = f"failed to load: {plugin.broken}"
+        elif missing:
             reason = f"missing {', '.join(missing)}" + (f" (pip install 'onnxbridge[{plugin.extra}]')" if plugin.extra else "")
         elif not ok:
             reason = f"module {plugin.module} not found"

@@ -52,7 +52,7 @@ def call_factory(spec: str) -> tuple[Any, Any]:
 
 def pick_frontend(source: Any, from_: str | None) -> str:
     """The frontend name for ``source``: ``from_`` if given, else the first that accepts it."""
-    from onnxbridge.frontends import FRONTENDS
+    from onnxbridge.plugins import FRONTENDS
 
     if from_:
         FRONTENDS.plugin(from_)

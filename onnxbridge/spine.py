@@ -54,7 +54,7 @@ def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = N
     ``options`` are frontend-specific (e.g. ``signature`` for TensorFlow); ``None`` values are
     dropped, and an option the chosen frontend does not take is refused.
     """
-    from onnxbridge.frontends import FRONTENDS
+    from onnxbridge.plugins import FRONTENDS
     from onnxbridge.sources import call_factory, is_factory, pick_frontend
 
     if is_factory(source) and from_ != "onnx":
@@ -202,7 +202,7 @@ def _backend_options(to: str, backend, options: dict) -> dict:
 
 def _check_precision(to: str, backend, precision: str) -> None:
     """Refuse a precision the target does not apply (each backend declares ``PRECISIONS``)."""
-    from onnxbridge.backends import module_of
+    from onnxbridge.plugins import module_of
 
     declared = tuple(getattr(backend or module_of("onnx"), "PRECISIONS", ()))
     if precision not in declared:
@@ -233,7 +233,7 @@ def _check_opset(opset: int | None) -> None:
 
 def _library(name: str) -> str:
     """The distributions behind a backend, with versions, for crash messages."""
-    from onnxbridge.backends import BACKENDS
+    from onnxbridge.plugins import BACKENDS
 
     plugin = BACKENDS.plugin(name)
     found = [f"{d} {dist_version(d)}" for d in (*plugin.requires, *plugin.any_of) if dist_version(d)]
@@ -242,7 +242,7 @@ def _library(name: str) -> str:
 
 def _hop_name(backend: str) -> str:
     """What a backend's hop is called (its ``to``): what really runs, e.g. the DLC's ``qnn-htp-simulator``."""
-    from onnxbridge.backends import module_of
+    from onnxbridge.plugins import module_of
 
     return getattr(module_of(backend), "HOP_NAME", backend)
 
@@ -250,7 +250,7 @@ def _hop_name(backend: str) -> str:
 def _open_backend_runner(name: str, spec_or_skip, artifact: Path, onnx_path: Path | None):
     """The backend's runner in the worker: the one its build described, else ``runner(artifact)``; raises
     HopSkipped where it cannot run here and ArtifactMismatch where the artifact is not the graph it claims."""
-    from onnxbridge.backends import BACKENDS
+    from onnxbridge.plugins import BACKENDS
     from onnxbridge.errors import HopSkipped
     from onnxbridge.worker import RunnerSpec, open_runner
 
@@ -317,7 +317,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     reports to write, format (junit, markdown, html) -> path. No output may name another or an input's file.
     """
     arguments.check({**locals(), **options})
-    from onnxbridge.backends import BACKENDS
+    from onnxbridge.plugins import BACKENDS
     from onnxbridge.sources import is_factory
     from onnxbridge.validation import Tolerance
 
@@ -446,7 +446,7 @@ def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, ste
     del model
     built_runner = None
     if backend is not None:
-        from onnxbridge.backends import BuildContext
+        from onnxbridge.plugins import BuildContext
         from onnxbridge.worker import RelayedProgress, call
 
         context = BuildContext(target=target, sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
@@ -576,7 +576,7 @@ def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs
 def inspect_artifact(path: str | Path, kind: str | None = None) -> dict:
     """What a model file holds (``kind``: its backend, default by suffix). Backend artifacts are read in the
     worker process: their readers (coremltools, TensorRT) are native code."""
-    from onnxbridge.backends import BACKENDS, for_file, module_of
+    from onnxbridge.plugins import BACKENDS, for_file, module_of
 
     kind = kind or for_file(path) or "onnx"
     if kind == "onnx":
@@ -639,7 +639,7 @@ def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | N
     given; ``target``: a deployment target such as Core ML's iOS16), found without converting: a report with command ``check``, status ``passed`` or ``blocked``, the
     ``blockers`` (each prefixed with its target) and ``targets`` (per backend: available, reason, blockers, a hint per
     blocker or None, and the legalization ``rewrites`` its build would apply, as ``"RULE (node NAME)"``)."""
-    from onnxbridge.backends import BACKENDS, BuildContext, module_of
+    from onnxbridge.plugins import BACKENDS, BuildContext, module_of
     from onnxbridge.hints import hint
     from onnxbridge.specs import check_names
     from onnxbridge.worker import call
@@ -737,7 +737,7 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
         path = Path(converted) if isinstance(converted, (str, Path)) else scratch / "converted.onnx"
         if not isinstance(converted, (str, Path)):
             path.write_bytes(converted.SerializeToString())
-        from onnxbridge.backends import for_file
+        from onnxbridge.plugins import for_file
 
         kind = for_file(path) if isinstance(converted, (str, Path)) else "onnx"
         with steps.step("Validating"):

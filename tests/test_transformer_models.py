@@ -63,7 +63,7 @@ def coverage():
 def test_coverage_counts_a_native_crash(coverage, monkeypatch):
     """A backend whose native code kills the worker is counted as crashed, with the step named, not raised."""
     from onnxbridge import worker
-    from onnxbridge.backends import BACKENDS
+    from onnxbridge.plugins import BACKENDS
     from onnxbridge.registry import Plugin
 
     monkeypatch.setitem(BACKENDS._plugins, "crashy", Plugin("crashy", "tests.crashing_backend", requires=("onnx",)))

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxbridge
-from onnxbridge.backends import BACKENDS
+from onnxbridge.plugins import BACKENDS
 from onnxbridge.errors import NativeCrash
 from onnxbridge.registry import Plugin
 from tests.conftest import ROOT, assert_one_line_error

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxbridge.registry import Plugin
+
+PLUGIN = Plugin("coreml", "onnxbridge.backends.coreml", requires=("coremltools",), extra="coreml", priority=10,
+                description="Core ML .mlpackage (ML program) via our ONNX -> MIL lowering; checked on the host")
+
 NAME = "coreml"
 SUFFIXES = (".mlpackage",)
 OPTIONS = ("allow_approx",)  # onnxbridge.legalize.approx, applied before the build

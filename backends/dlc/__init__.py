@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxbridge.registry import Plugin
+
+PLUGIN = Plugin("dlc", "onnxbridge.backends.dlc", requires=("onnxruntime-qnn",), extra="qnn", priority=20,
+                toolchain="onnxbridge.backends.dlc.sdk:find",
+                description="Qualcomm SNPE/QAIRT .dlc: the QAIRT SDK's tools when installed, else onnxruntime-qnn's "
+                            "QnnIr serializer; checked on the HTP simulator")
+
 NAME = "dlc"
 SUFFIXES = (".dlc",)
 OPTIONS = ("calibration", "flavour", "allow_approx")  # --calibration reaches build() loaded, as context.calibration

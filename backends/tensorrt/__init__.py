@@ -10,6 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Mapping
 
+from onnxbridge.registry import Plugin
+
+PLUGIN = Plugin("tensorrt", "onnxbridge.backends.tensorrt", any_of=("tensorrt-rtx-cu12", "tensorrt"), extra="tensorrt",
+                priority=30,
+                description="TensorRT / TensorRT-RTX .engine with optimization profiles; run where a CUDA GPU is")
+
 NAME = "tensorrt"
 SUFFIXES = (".engine", ".plan")
 OPTIONS = ("shapes", "workspace", "timing_cache", "calibration", "flavour")  # calibration: as context.calibration

@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec
+
+PLUGIN = Plugin("paddle", "onnxbridge.frontends.paddle", requires=("paddlepaddle", "paddle2onnx"), extra="paddle",
+                priority=30,
+                description="PaddlePaddle nn.Layer + InputSpec, inference models (.json PIR, .pdmodel + .pdiparams)")
 
 NAME = "paddle"
 OPTIONS = ()

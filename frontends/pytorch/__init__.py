@@ -4,7 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec
+
+PLUGIN = Plugin("torch", "onnxbridge.frontends.pytorch", requires=("torch", "onnxscript"), extra="torch", priority=10,
+                description="PyTorch nn.Module, factory module:function, torch.export .pt2, TorchScript .pt")
 
 NAME = "torch"
 SUFFIXES = (".pt2", ".pt", ".pth", ".ts", ".torchscript")

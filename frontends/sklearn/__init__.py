@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from onnxbridge.frontends.sklearn.files import ESTIMATOR_PACKAGES, SUFFIXES
+from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec
+
+PLUGIN = Plugin("sklearn", "onnxbridge.frontends.sklearn", requires=("scikit-learn", "skl2onnx"), extra="sklearn",
+                priority=40,
+                description="scikit-learn estimators and pipelines; .joblib/.pkl with --trust, .skops")
 
 NAME = "sklearn"
 OPTIONS = ()

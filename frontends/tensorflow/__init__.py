@@ -6,7 +6,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec
+
+PLUGIN = Plugin("tensorflow", "onnxbridge.frontends.tensorflow", requires=("tensorflow", "tf2onnx"),
+                extra="tensorflow", priority=20,
+                description="TensorFlow SavedModel, Keras .keras/.h5, tf.keras.Model, tf.function, .tflite")
 
 NAME = "tensorflow"
 OPTIONS = ("signature", "inputs_as_nchw")

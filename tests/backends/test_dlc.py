@@ -217,7 +217,7 @@ def test_a_model_the_simulator_refuses_is_skipped_not_passed(tmp_path, monkeypat
 
 def test_missing_onnxruntime_qnn(cli, tmp_path, monkeypatch, native_in_process):
     import onnxbridge.registry as registry
-    from onnxbridge.backends import BACKENDS
+    from onnxbridge.plugins import BACKENDS
 
     src = _conv_relu(tmp_path / "m.onnx", batch=1)
     # the distribution is not installed: the registry refuses the backend (exit 3, with the extra to install)
@@ -365,7 +365,7 @@ def test_sdk_path_builds_the_command_lines(cnn_dlc, tmp_path, monkeypatch, nativ
 
     # an SDK-only user (no onnxruntime-qnn) still converts: the SDK stands in for the pip toolchain (no hop)
     import onnxbridge.registry as registry
-    from onnxbridge.backends import BACKENDS
+    from onnxbridge.plugins import BACKENDS
 
     real = registry.dist_version
     monkeypatch.setattr(registry, "dist_version", lambda d: None if d == "onnxruntime-qnn" else real(d))
@@ -496,7 +496,7 @@ def test_the_build_refuses_a_placed_file_that_is_not_the_graph_simulated(cnn_dlc
 def test_the_build_describes_a_runner_another_process_can_make(cnn_dlc, tmp_path):
     """build returns plain values (RunnerSpec), the model it names stays on disk under the run's workdir, and the
     factory makes the runner with the hop's name and the structure facts."""
-    from onnxbridge.backends import BuildContext
+    from onnxbridge.plugins import BuildContext
     from onnxbridge.worker import RunnerSpec, open_runner
 
     onnx_path, _, _ = cnn_dlc

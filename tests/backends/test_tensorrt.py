@@ -107,7 +107,7 @@ def test_transformer_block_builds_with_two_dynamic_axes(tmp_path, models):
 
 
 def test_runner_says_no_cuda_device(cnn_build):
-    from onnxbridge.backends import module_of
+    from onnxbridge.plugins import module_of
     from onnxbridge.errors import HopSkipped
 
     if not NO_GPU:
@@ -159,7 +159,7 @@ def test_precision_lives_in_the_graph(cli, tmp_path, precision):
 
 def test_engine_weights_shrink_with_precision(tmp_path):
     """The precision reaches the engine itself: fp16 weights take half the bytes of fp32, int8 fewer still."""
-    from onnxbridge.backends import BuildContext
+    from onnxbridge.plugins import BuildContext
     from onnxbridge.backends.tensorrt import build
 
     w = [numpy_helper.from_array((RNG.standard_normal((512, 512)) / 23).astype(np.float32), f"w{i}") for i in range(2)]

@@ -29,7 +29,7 @@ def test_cli_output_stays_clean(tf_files, tmp_path):
 
 
 def test_frontend_registry_does_not_import_tensorflow():
-    code = ("import sys; from onnxbridge.frontends import FRONTENDS; m = FRONTENDS.load('tensorflow'); "
+    code = ("import sys; from onnxbridge.plugins import FRONTENDS; m = FRONTENDS.load('tensorflow'); "
             "assert m.accepts('model.keras') and m.accepts('m.tflite') and not m.accepts('m.onnx'); "
             "assert 'tensorflow' not in sys.modules and 'keras' not in sys.modules")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False, capture_output=True, text=True, timeout=120)

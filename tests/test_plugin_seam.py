@@ -1,0 +1,72 @@
+"""The plugin seam: the core never imports the plugin packages, the built-in plugins are found through the same entry
+points third parties use, and a plugin that fails to load is listed with the reason, not a crash."""
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+
+import pytest
+
+from onnxbridge.errors import UnavailableError
+from onnxbridge.registry import Plugin, Registry
+from tests.conftest import ROOT
+
+PLUGIN_PACKAGES = ("onnxbridge.frontends", "onnxbridge.backends", "onnxbridge.cli")
+
+
+def _runtime_imports(tree: ast.AST):
+    """Modules imported outside ``if TYPE_CHECKING:`` blocks (those are annotations only, never run)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+
+
+def test_the_core_imports_no_plugin_package():
+    found = [f"{path.relative_to(ROOT)}: {name}" for path in sorted((ROOT / "onnxbridge").rglob("*.py"))
+             for name in _runtime_imports(ast.parse(path.read_text()))
+             if name.startswith(PLUGIN_PACKAGES)]
+    assert found == []
+
+
+@pytest.mark.parametrize("group, names", [
+    ("onnxbridge.frontends", ["torch", "tensorflow", "paddle", "sklearn", "onnx"]),
+    ("onnxbridge.backends", ["onnx", "coreml", "dlc", "tensorrt"]),
+])
+def test_built_in_plugins_come_from_entry_points(group, names):
+    declared = {e.name for e in importlib.metadata.entry_points(group=group) if e.dist.name == "onnxbridge"}
+    assert set(names) <= declared
+    registry = Registry.from_entry_points(group.split(".")[1][:-1], group)
+    assert [n for n in registry.names() if n in names] == names  # in priority order
+    assert all(isinstance(registry.plugin(n), Plugin) and not registry.plugin(n).broken for n in names)
+
+
+def test_a_broken_plugin_is_listed_with_the_reason(monkeypatch):
+    class Entry:
+        name, value = "shiny", "shiny_backend:PLUGIN"
+
+        def load(self):
+            raise ImportError("No module named 'shiny_backend'")
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [Entry()])
+    registry = Registry.from_entry_points("backend", "onnxbridge.backends")
+    status = registry.status("shiny")
+    assert not status["available"] and "failed to load: ImportError" in status["reason"]
+    with pytest.raises(UnavailableError, match="backend 'shiny' failed to load"):
+        registry.load("shiny")
+
+
+def test_a_misnamed_plugin_is_broken(monkeypatch):
+    class Entry:
+        name, value = "one", "pkg:PLUGIN"
+
+        def load(self):
+            return Plugin("other", "pkg")
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [Entry()])
+    assert "not a Plugin named 'one'" in Registry.from_entry_points("backend", "g").plugin("one").broken
+
