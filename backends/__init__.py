@@ -9,7 +9,6 @@ A backend module defines:
 
 A backend other than onnx also defines:
 
-- ``OPTIONS``: the build options it takes beyond ``target``/``precision`` (the spine refuses the others);
 - ``build(onnx_path, output, *, target, precision, context, **options) -> dict``: writes ``output`` atomically and
   returns facts for the report; ``"warnings"`` and ``"notes"`` lists are moved to the report's, and a ``"runner"``
   (popped before the report) runs what was just built for the backend hop when ``runner(output)`` could not (e.g.

@@ -104,35 +104,36 @@ def _renderers(junit, markdown, html) -> dict:
     return {fmt: path for fmt, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
 
 
-def frontend_options(fn):
-    """Options that only some frontends take (the spine refuses them for the others)."""
-    fn = click.option("--signature", metavar="NAME",
-                      help="TensorFlow SavedModel signature to convert (default: serving_default).")(fn)
-    fn = click.option("--inputs-as-nchw", "inputs_as_nchw", multiple=True, metavar="NAME",
-                      help="TensorFlow: take this NHWC input as NCHW in the ONNX model (repeatable).")(fn)
-    return fn
+def plugin_options(kind: str):
+    """Click flags for every option the ``kind`` plugins ("frontend", "backend") declare (``onnxbridge.options``):
+    one flag per name, its help prefixed with the plugins that take it; the spine refuses it for the others."""
+    def decorate(fn):
+        from onnxbridge.plugins import BACKENDS, FRONTENDS
+
+        registry = FRONTENDS if kind == "frontend" else BACKENDS
+        selector = "--from" if kind == "frontend" else "--to"
+        for name, by_plugin in reversed(list(registry.options().items())):
+            fn = _flag(name, by_plugin, selector)(fn)
+        return fn
+    return decorate
 
 
-def backend_options(fn):
-    """Options that only some backends take (the spine refuses them for the others)."""
-    for option in reversed([
-        click.option("--shapes", multiple=True, metavar="NAME:MIN/OPT/MAX",
-                     help="TensorRT optimization profile of an input, e.g. x:1x3x224x224/8x3x224x224/32x3x224x224 "
-                          "(default: min 1, opt and max from the sample)."),
-        click.option("--workspace", type=click.IntRange(1), metavar="MB", help="TensorRT workspace limit in MB."),
-        click.option("--timing-cache", "timing_cache", type=click.Path(dir_okay=False),
-                     help="TensorRT timing cache: loaded if present, saved after the build."),
-        click.option("--calibration", type=click.Path(exists=True),
-                     help="int8 calibration data (.npz or a folder of .npy; batches along axis 0) for DLC/TensorRT."),
-        click.option("--flavour", type=click.Choice(["tensorrt", "tensorrt-rtx", "qairt", "qnn-ir"]),
-                     help="Toolchain: TensorRT or TensorRT-RTX (--to tensorrt); the QAIRT SDK or onnxruntime-qnn's "
-                          "QnnIr serializer (--to dlc). Default: what is installed."),
-        click.option("--allow-approx", "allow_approx", multiple=True, metavar="NAME",
-                     help="Core ML, DLC: allow an approximation that is not exact, applied and reported "
-                          "(gelu-tanh: exact GELU as its tanh form, within 4.8e-4)."),
-    ]):
-        fn = option(fn)
-    return fn
+def _plugin_values(options: dict) -> dict:
+    """Plugin option values as the Python API takes them: repeated flags as lists."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
+
+
+def _flag(name: str, by_plugin: dict, selector: str):
+    """One click option from the declarations of ``name`` by several plugins (choices merged)."""
+    first = next(iter(by_plugin.values()))
+    takers = ", ".join(by_plugin)
+    helps = list(dict.fromkeys(o.help for o in by_plugin.values()))
+    text = f"[{selector} {takers}] " + " ".join(helps if len(helps) == 1 else
+                                                 [f"{p}: {o.help}" for p, o in by_plugin.items()])
+    types = {"int": click.IntRange(1), "path": click.Path(exists=True), "file": click.Path(dir_okay=False),
+             "choice": click.Choice(list(dict.fromkeys(c for o in by_plugin.values() for c in o.choices)))}
+    return click.option(first.flag, name, type=types.get(first.kind), multiple=first.multiple, metavar=first.metavar,
+                        help=text)
 
 
 @cli.command()
@@ -164,14 +165,13 @@ def backend_options(fn):
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
 @report_options
-@frontend_options
-@backend_options
+@plugin_options("frontend")
+@plugin_options("backend")
 @click.pass_context
 @handle_errors
 def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
             validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, seed,
-            external_data, report, trust, signature, inputs_as_nchw, shapes, workspace, timing_cache, calibration,
-            flavour, allow_approx):
+            external_data, report, trust, **options):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
@@ -187,10 +187,8 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
                          trust=trust, precision=precision, atol=list(atol) or None, rtol=list(rtol) or None,
                          samples=samples, latency_runs=latency_runs, seed=seed, external_data=external_data,
                          report=report,
-                         progress=_progress(ctx), target=target, signature=signature,
-                         inputs_as_nchw=list(inputs_as_nchw), shapes=list(shapes), workspace=workspace,
-                         timing_cache=timing_cache, calibration=calibration, flavour=flavour,
-                         allow_approx=list(allow_approx), renderers=_renderers(junit, markdown, html))
+                         progress=_progress(ctx), target=target, renderers=_renderers(junit, markdown, html),
+                         **_plugin_values(options))
     rep = result.report
     console = _console(ctx)
     if console is not None:
@@ -232,18 +230,18 @@ def _finish(ctx, rep: dict, console, fail_on: str = "error") -> None:
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
 @report_options
-@frontend_options
+@plugin_options("frontend")
 @click.pass_context
 @handle_errors
 def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, samples, latency_runs,
-             fail_on, junit, markdown, html, seed, report, trust, signature, inputs_as_nchw):
+             fail_on, junit, markdown, html, seed, report, trust, **options):
     """Compare CONVERTED (ONNX) with SOURCE on the same inputs; exit 1 if they differ."""
     from onnxbridge.spine import validate as run_validate
 
     rep = run_validate(source, converted, inputs, from_=from_, input_shapes=list(input_shapes), trust=trust,
                        precision=precision, atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
-                       latency_runs=latency_runs, seed=seed, report=report, progress=_progress(ctx), signature=signature,
-                       inputs_as_nchw=list(inputs_as_nchw), renderers=_renderers(junit, markdown, html))
+                       latency_runs=latency_runs, seed=seed, report=report, progress=_progress(ctx),
+                       renderers=_renderers(junit, markdown, html), **_plugin_values(options))
     _finish(ctx, rep, _console(ctx), fail_on)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from onnxbridge.errors import BadInputError, UnavailableError
+from onnxbridge.options import Option
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Plugin:
     toolchain: str | None = None  # "module:function": a cheap check for a non-pip toolchain that can stand in for
     # ``requires`` (the QAIRT SDK on PATH for dlc); its truthy result means nothing is missing
     priority: int = 100  # order in listings and in picking a frontend for a source (lower first; built-ins < 100)
+    options: tuple[Option, ...] = ()  # what it takes beyond the common arguments (onnxbridge.options)
     broken: str | None = None  # why its entry point could not be loaded (the plugin is listed, never used)
 
 
@@ -59,6 +61,14 @@ class Registry:
 
     def names(self) -> list[str]:
         return list(self._plugins)
+
+    def options(self) -> dict[str, dict[str, Option]]:
+        """Every declared option by name: plugin name -> its declaration."""
+        found: dict[str, dict[str, Option]] = {}
+        for plugin in self._plugins.values():
+            for option in plugin.options:
+                found.setdefault(option.name, {})[plugin.name] = option
+        return found
 
     def plugin(self, name: str) -> Plugin:
         try:

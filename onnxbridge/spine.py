@@ -64,10 +64,7 @@ def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = N
     name = pick_frontend(source, from_)
     frontend = FRONTENDS.load(name)
     options = {k: v for k, v in options.items() if v is not None and v != () and v != []}
-    foreign = [k for k in options if k not in getattr(frontend, "OPTIONS", ())]
-    if foreign:
-        flags = ", ".join("--" + k.replace("_", "-") for k in foreign)
-        raise BadInputError(f"{flags} does not apply to {name} sources")
+    _refuse_foreign(FRONTENDS, name, options, f"{name} sources", "--from")
     return frontend.load(source, sample_inputs=sample_inputs, input_shapes=specs,
                          dynamic=normalize_dynamic(dynamic), input_names=input_names, trust=trust, seed=seed,
                          **options)
@@ -186,18 +183,30 @@ def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scrat
     return path, have
 
 
-BACKEND_OPTIONS = ("shapes", "workspace", "timing_cache", "calibration", "flavour", "allow_approx")  # see each backend's OPTIONS
+def _backend_options(to: str, options: dict) -> dict:
+    """The options backends declare, taken out of ``options`` (None/empty dropped); refused where ``to`` does not
+    declare them, or a choice it does not offer."""
+    from onnxbridge.plugins import BACKENDS
 
-
-def _backend_options(to: str, backend, options: dict) -> dict:
-    """The backend options given (None/empty dropped), refused where ``backend`` does not take them."""
-    given = {k: options.pop(k) for k in BACKEND_OPTIONS if k in options}
+    given = {k: options.pop(k) for k in BACKENDS.options() if k in options}
     given = {k: v for k, v in given.items() if v is not None and v != () and v != []}
-    foreign = [k for k in given if backend is None or k not in getattr(backend, "OPTIONS", ())]
-    if foreign:
-        flags = ", ".join("--" + k.replace("_", "-") for k in foreign)
-        raise BadInputError(f"{flags} does not apply to --to {to}")
+    _refuse_foreign(BACKENDS, to, given, f"--to {to}", "--to")
     return given
+
+
+def _refuse_foreign(registry, name: str, given: dict, what: str, selector: str) -> None:
+    """Refuse (exit 2) an option of ``given`` that plugin ``name`` does not declare, naming the plugins that do, and
+    a choice it does not offer."""
+    declared = registry.options()
+    mine = {o.name: o for o in registry.plugin(name).options}
+    for key, value in given.items():
+        flag = "--" + key.replace("_", "-")
+        if key not in mine:
+            takers = ", ".join(f"{selector} {p}" for p in declared.get(key, {}))
+            raise BadInputError(f"{flag} does not apply to {what}" + (f" (it applies to {takers})" if takers else ""))
+        option = mine[key]
+        if option.kind == "choice" and value not in option.choices:
+            raise BadInputError(f"{flag} {value} does not apply to {what}; its choices: {', '.join(option.choices)}")
 
 
 def _check_precision(to: str, backend, precision: str) -> None:
@@ -323,7 +332,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
 
     t0 = time.perf_counter()
     backend = BACKENDS.load(to) if to != "onnx" else None  # built from the written ONNX model below
-    backend_options = _backend_options(to, backend, options)
+    backend_options = _backend_options(to, options)
     calibration = backend_options.pop("calibration", None)
     if "allow_approx" in backend_options:
         from onnxbridge.legalize.approx import check_names

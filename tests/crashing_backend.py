@@ -7,7 +7,6 @@ from pathlib import Path
 
 NAME = "crashy"
 SUFFIXES = (".crash",)
-OPTIONS = ()
 PRECISIONS = ("fp32",)
 
 

@@ -70,3 +70,44 @@ def test_a_misnamed_plugin_is_broken(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [Entry()])
     assert "not a Plugin named 'one'" in Registry.from_entry_points("backend", "g").plugin("one").broken
 
+
+
+def test_an_option_goes_only_to_the_plugins_that_declare_it(cli, tmp_path):
+    """Refused where the target does not declare it, naming the targets that do; a choice the target does not
+    offer is refused with its own choices."""
+    from tests.conftest import assert_one_line_error
+
+    examples = ROOT / "examples" / "models.py"
+    assert_one_line_error(cli("convert", f"{examples}:cnn", "-o", tmp_path / "m.onnx", "--workspace", "64"), 2,
+                          "--workspace does not apply to --to onnx (it applies to --to tensorrt)")
+    assert_one_line_error(cli("convert", f"{examples}:cnn", "-o", tmp_path / "m.dlc", "--to", "dlc",
+                              "--flavour", "tensorrt-rtx"), 2,
+                          "--flavour tensorrt-rtx does not apply to --to dlc; its choices: qairt, qnn-ir")
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_flags_are_built_from_declarations(monkeypatch):
+    """A plugin's declared option becomes a flag, its help naming the plugin; one name declared by two plugins is
+    one flag with their choices merged."""
+    import click
+    from click.testing import CliRunner
+
+    import onnxbridge.plugins
+    from onnxbridge.cli.main import plugin_options
+    from onnxbridge.options import Option
+
+    fake = Registry("backend", [
+        Plugin("ort", "pkg_ort", options=(Option("optimization", "Graph optimization level.", kind="choice",
+                                                 choices=("basic", "extended", "all")),)),
+        Plugin("other", "pkg_other", options=(Option("optimization", "Level.", kind="choice", choices=("o3",)),))])
+    monkeypatch.setattr(onnxbridge.plugins, "BACKENDS", fake)
+
+    @click.command()
+    @plugin_options("backend")
+    def command(**options):
+        click.echo(repr(options))
+
+    text = CliRunner().invoke(command, ["--help"]).output
+    assert "--optimization [basic|extended|all|o3]" in text and "[--to ort, other]" in text
+    assert CliRunner().invoke(command, ["--optimization", "extended"]).output.strip() == "{'optimization': 'extended'}"
+    assert CliRunner().invoke(command, ["--optimization", "nope"]).exit_code == 2

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxbridge.options import ALLOW_APPROX
 from onnxbridge.registry import Plugin
 
 PLUGIN = Plugin("coreml", "onnxbridge.backends.coreml", requires=("coremltools",), extra="coreml", priority=10,
-                description="Core ML .mlpackage (ML program) via our ONNX -> MIL lowering; checked on the host")
+                description="Core ML .mlpackage (ML program) via our ONNX -> MIL lowering; checked on the host",
+                options=(ALLOW_APPROX,))
 
 NAME = "coreml"
 SUFFIXES = (".mlpackage",)
-OPTIONS = ("allow_approx",)  # onnxbridge.legalize.approx, applied before the build
 # what ``--precision`` really applies (package.APPLIED): fp32 and fp16 compute with weights of that type; int8 stores
 # weights as int8 (per output channel, symmetric; dequantized at load by constexpr ops, so iOS16+) and computes in fp16
 PRECISIONS = ("fp32", "fp16", "int8")

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxbridge.options import ALLOW_APPROX, CALIBRATION, Option
 from onnxbridge.registry import Plugin
 
 PLUGIN = Plugin("dlc", "onnxbridge.backends.dlc", requires=("onnxruntime-qnn",), extra="qnn", priority=20,
                 toolchain="onnxbridge.backends.dlc.sdk:find",
                 description="Qualcomm SNPE/QAIRT .dlc: the QAIRT SDK's tools when installed, else onnxruntime-qnn's "
-                            "QnnIr serializer; checked on the HTP simulator")
+                            "QnnIr serializer; checked on the HTP simulator",
+                options=(CALIBRATION, Option("flavour", "The QAIRT SDK's tools or onnxruntime-qnn's QnnIr serializer "
+                                                        "(default: what is installed).", kind="choice",
+                                             choices=("qairt", "qnn-ir")), ALLOW_APPROX))
 
 NAME = "dlc"
 SUFFIXES = (".dlc",)
-OPTIONS = ("calibration", "flavour", "allow_approx")  # --calibration reaches build() loaded, as context.calibration
 # fp32 and fp16 DLCs (the HTP simulator computes both in fp16); int8: a QDQ model calibrated on --calibration
 PRECISIONS = ("fp32", "fp16", "int8")
 # the hop's name (its ``to``): what runs is the prepared ONNX on the HTP simulator, never the .dlc; runners carry it

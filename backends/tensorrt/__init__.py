@@ -10,15 +10,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Mapping
 
+from onnxbridge.options import CALIBRATION, Option
 from onnxbridge.registry import Plugin
 
 PLUGIN = Plugin("tensorrt", "onnxbridge.backends.tensorrt", any_of=("tensorrt-rtx-cu12", "tensorrt"), extra="tensorrt",
                 priority=30,
-                description="TensorRT / TensorRT-RTX .engine with optimization profiles; run where a CUDA GPU is")
+                description="TensorRT / TensorRT-RTX .engine with optimization profiles; run where a CUDA GPU is",
+                options=(Option("shapes", "Optimization profile of an input, e.g. x:1x3x224x224/8x3x224x224/32x3x224x224 "
+                                          "(default: min 1, opt and max from the sample).",
+                                multiple=True, metavar="NAME:MIN/OPT/MAX"),
+                         Option("workspace", "Workspace limit in MB.", kind="int", metavar="MB"),
+                         Option("timing_cache", "Timing cache: loaded if present, saved after the build.", kind="file"),
+                         CALIBRATION,
+                         Option("flavour", "TensorRT or TensorRT-RTX (default: what is installed).", kind="choice",
+                                choices=("tensorrt", "tensorrt-rtx"))))
 
 NAME = "tensorrt"
 SUFFIXES = (".engine", ".plan")
-OPTIONS = ("shapes", "workspace", "timing_cache", "calibration", "flavour")  # calibration: as context.calibration
 PRECISIONS = ("fp32", "fp16", "int8")
 
 

@@ -16,7 +16,6 @@ PLUGIN = Plugin("paddle", "onnxbridge.frontends.paddle", requires=("paddlepaddle
                 description="PaddlePaddle nn.Layer + InputSpec, inference models (.json PIR, .pdmodel + .pdiparams)")
 
 NAME = "paddle"
-OPTIONS = ()
 PROGRAMS = (".json", ".pdmodel")
 PARAMS = ".pdiparams"
 

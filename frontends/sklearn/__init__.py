@@ -16,7 +16,6 @@ PLUGIN = Plugin("sklearn", "onnxbridge.frontends.sklearn", requires=("scikit-lea
                 description="scikit-learn estimators and pipelines; .joblib/.pkl with --trust, .skops")
 
 NAME = "sklearn"
-OPTIONS = ()
 
 
 def accepts(source: Any) -> bool:

@@ -6,15 +6,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from onnxbridge.options import Option
 from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec
 
 PLUGIN = Plugin("tensorflow", "onnxbridge.frontends.tensorflow", requires=("tensorflow", "tf2onnx"),
                 extra="tensorflow", priority=20,
-                description="TensorFlow SavedModel, Keras .keras/.h5, tf.keras.Model, tf.function, .tflite")
+                description="TensorFlow SavedModel, Keras .keras/.h5, tf.keras.Model, tf.function, .tflite",
+                options=(Option("signature", "SavedModel signature to convert (default: serving_default).",
+                                metavar="NAME"),
+                         Option("inputs_as_nchw", "Take this NHWC input as NCHW in the ONNX model (repeatable).",
+                                multiple=True, metavar="NAME")))
 
 NAME = "tensorflow"
-OPTIONS = ("signature", "inputs_as_nchw")
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 SUFFIXES = (*KERAS_SUFFIXES, ".tflite")
 
