@@ -111,3 +111,16 @@ def test_cli_flags_are_built_from_declarations(monkeypatch):
     assert "--optimization [basic|extended|all|o3]" in text and "[--to ort, other]" in text
     assert CliRunner().invoke(command, ["--optimization", "extended"]).output.strip() == "{'optimization': 'extended'}"
     assert CliRunner().invoke(command, ["--optimization", "nope"]).exit_code == 2
+
+
+def _save_small_model(path) -> None:
+    """A two-node ONNX model with a dynamic batch (for the plugin tests)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Relu", ["m"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
