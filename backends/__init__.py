@@ -13,7 +13,9 @@ A backend other than onnx also defines:
   returns facts for the report; ``"warnings"`` and ``"notes"`` lists are moved to the report's, and a ``"runner"``
   (popped before the report) runs what was just built for the backend hop when ``runner(output)`` could not (e.g.
   the prepared model behind a DLC), or is the ``HopSkipped`` saying why that hop cannot run here. ``context`` is a ``BuildContext``;
-- ``check(model, context) -> list[str]``: every blocker, without building (``onnxbridge check --targets``).
+- ``check(model, context) -> list[str]``: every blocker, without building (``onnxbridge check --targets``);
+- optionally ``companions(output) -> list[Path]``: files the build writes beside ``output`` (an IR's weights), removed
+  with it when a run fails and counted in the artifact's size; ``rewrites(onnx_path, context)``: see ``check``.
 
 A backend declares itself with ``PLUGIN`` (an ``onnxbridge.registry.Plugin``: its name, module, the distributions it
 needs and their extra) and an entry point in group ``onnxbridge.backends`` naming it; ``onnxbridge.plugins`` finds

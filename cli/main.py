@@ -104,6 +104,13 @@ def _renderers(junit, markdown, html) -> dict:
     return {fmt: path for fmt, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
 
 
+def _backend_names() -> list[str]:
+    """The installed backends (the onnx output first), for help texts."""
+    from onnxbridge.plugins import BACKENDS
+
+    return BACKENDS.names()
+
+
 def plugin_options(kind: str):
     """Click flags for every option the ``kind`` plugins ("frontend", "backend") declare (``onnxbridge.options``):
     one flag per name, its help prefixed with the plugins that take it; the spine refuses it for the others."""
@@ -141,7 +148,7 @@ def _flag(name: str, by_plugin: dict, selector: str):
 @click.option("-o", "--output", required=True, type=click.Path(),
               help="Where to write the model (.onnx, .mlpackage, .dlc, .engine).")
 @click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
-@click.option("--to", default="onnx", show_default=True, help="Target format: onnx, coreml, dlc, tensorrt.")
+@click.option("--to", default="onnx", show_default=True, help=f"Target format: {', '.join(_backend_names())}.")
 @click.option("--target", metavar="TARGET", help="Backend deployment target (Core ML: iOS15, iOS16 (default), iOS17, iOS18).")
 @click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
@@ -290,7 +297,8 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
 @cli.command()
 @click.argument("model", type=click.Path())
 @click.option("--targets", required=True, metavar="NAME[,NAME...]",
-              help="Backends to check against: coreml, dlc, tensorrt (comma-separated or repeated).", multiple=True)
+              help=f"Backends to check against: {', '.join(_backend_names()[1:])} (comma-separated or repeated).",
+              multiple=True)
 @click.option("--opset", type=click.IntRange(7, 30), help="Also check that the model can move to this opset.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
               help="Shapes the conversion would fix (a DLC needs static shapes).")

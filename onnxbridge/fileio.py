@@ -1,4 +1,4 @@
-"""Reading and atomically writing models and reports, external data included."""
+"""Reading and atomically writing models and reports, external data included, and placing built files and folders."""
 from __future__ import annotations
 
 import contextlib
@@ -50,6 +50,41 @@ def staging_folder(path: Path) -> Path:
     a later run removes it if this one is killed (``clean_stale``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=_owned_prefix(f".{path.name}.onnxbridge-"), dir=path.parent))
+
+
+def place(staged: Path, output: Path) -> None:
+    """Move ``staged`` (a file or folder on ``output``'s file system) to ``output``, replacing what is there: a file
+    by one rename; a folder over a folder by moving the old one aside first (to a staging name that a later run
+    removes if this one is killed), back again if the move fails, and removing it after. A failure leaves the old
+    output whole. A file cannot replace a folder, nor a folder a file (BadInputError, as every OSError here)."""
+    with writing(output):
+        if not (staged.is_dir() and output.is_dir() and not output.is_symlink()):
+            os.replace(staged, output)
+            return
+        aside = staging_folder(output)
+        os.replace(output, aside)  # over the empty folder just made
+        try:
+            os.replace(staged, output)
+        except BaseException:
+            os.replace(aside, output)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def placing(output: Path) -> Iterator[Path]:
+    """The path to build ``output`` at (a file or folder, in a staging folder beside it), ``place``d over
+    ``output`` when the block ends without an error; the staging folder is removed either way. OSErrors are
+    BadInputError (``writing``)."""
+    with writing(output):
+        output.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(output.parent)
+        staging = staging_folder(output)
+        try:
+            yield staging / output.name
+            place(staging / output.name, output)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

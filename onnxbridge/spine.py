@@ -465,20 +465,20 @@ def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, ste
                                workdir=scratch, progress=RelayedProgress(steps.enabled))
         with steps.step(f"Building the {to} model"):
             t = time.perf_counter()
-            there = _identity(out_path)
+            files = [out_path, *_companions(backend, out_path)]
+            there = [_identity(f) for f in files]
             try:
                 facts = call(f"{backend.__name__}:build", (dest, out_path),
                              {"target": target, "precision": precision, "context": context, **backend_options},
                              step=f"building the {to} model {out_path.name}", library=_library(to), progress=steps)
             finally:  # a build that placed its artifact and then failed (or crashed) leaves nothing behind
-                if _identity(out_path) != there:
-                    written.append(out_path)
+                written += [f for f, before in zip(files, there) if _identity(f) != before]
             rep["warnings"] += facts.pop("warnings", [])
             rep["notes"] += facts.pop("notes", [])
             built_runner = facts.pop("runner", None)
             applied = facts.pop("applied_precision", None)
-            rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to, "bytes": _size(out_path),
-                               "backend": facts}
+            rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to,
+                               "bytes": sum(_size(f) for f in files if f.exists()), "backend": facts}
             if applied:
                 rep["artifact"]["precision"] = {"requested": precision, **applied}
             timings["backend_s"] = time.perf_counter() - t
@@ -594,6 +594,12 @@ def inspect_artifact(path: str | Path, kind: str | None = None) -> dict:
 
     return call(f"{BACKENDS.plugin(kind).module}:inspect", (str(path),), step=f"reading {Path(path).name}",
                 library=_library(kind))
+
+
+def _companions(backend, output: Path) -> list[Path]:
+    """The files a backend writes beside its artifact (an OpenVINO IR's .bin): ``companions(output)``, if declared."""
+    companions = getattr(backend, "companions", None)
+    return [Path(p) for p in companions(output)] if companions is not None else []
 
 
 def _size(path: Path) -> int:

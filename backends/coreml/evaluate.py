@@ -3,22 +3,16 @@ applied to the MIL program that was saved (after coremltools' graph passes), in 
 program's casts say."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from onnxbridge.errors import UnsupportedError
+from onnxbridge.optable import OpTable
 
-KERNELS: dict[str, Callable[..., Any]] = {}
+KERNELS: OpTable[str] = OpTable("host kernel of MIL op")
+kernel = KERNELS.register  # @kernel("name", ...): the numpy kernel of those MIL ops
 DTYPES = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}
-
-
-def kernel(*names: str):
-    def register(fn):
-        for name in names:
-            KERNELS[name] = fn
-        return fn
-    return register
 
 
 def run(function, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -13,16 +13,18 @@ fp64 -> fp32); binary ops get one dtype through ``same_dtype`` (explicit casts, 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnxbridge.errors import UnsupportedError
+from onnxbridge.optable import OpTable
 
 if TYPE_CHECKING:
     import onnx
 
-OPS: dict[str, Callable] = {}
+OPS: OpTable[str] = OpTable("Core ML lowering of ONNX op")
+op = OPS.register  # @op("Name", ...): the lowering of those ONNX ops
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
 INT32 = np.iinfo(np.int32)
 FP16_MAX = 65504.0
@@ -30,14 +32,6 @@ FP16_MAX = 65504.0
 MAX_UNROLL = 4096  # steps of a recurrent op unrolled into MIL ops
 MAX_TAPS = 1024  # kernel taps of a max pool built from one slice per tap
 MAX_TABLE = 1 << 24  # entries of a resize's interpolation matrix or index list
-
-
-def op(*names: str):
-    def register(fn):
-        for name in names:
-            OPS[name] = fn
-        return fn
-    return register
 
 
 class Ctx:

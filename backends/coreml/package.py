@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -15,7 +14,7 @@ from onnxbridge.backends.coreml.ctimport import import_ct
 from onnxbridge.backends.coreml.lower import FP16_MAX, INT32, OPS, TARGETS, Ctx, _mil_name, narrow, runtime_shape
 from onnxbridge.backends.coreml.onnx_file import read_onnx
 from onnxbridge.errors import BadInputError, UnsupportedError
-from onnxbridge.fileio import staging_folder, writing
+from onnxbridge.fileio import placing
 
 if TYPE_CHECKING:
     import onnx
@@ -657,15 +656,8 @@ def _save(mlmodel, model: "onnx.ModelProto", output: Path, scalar_outputs: list[
           caught: list[str], target: str, precision: str, compute_name: str) -> dict:
     """Place the package at ``output`` atomically; the facts for the report."""
     _mark_scalar_outputs(mlmodel, scalar_outputs)
-    with writing(output):
-        staging = staging_folder(output)
-        try:
-            mlmodel.save(str(staging / output.name))
-            if output.exists():
-                shutil.rmtree(output)
-            os.replace(staging / output.name, output)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    with placing(output) as staged:
+        mlmodel.save(str(staged))
     spec = mlmodel.get_spec()
     names = [v.name for v in [*model.graph.input, *model.graph.output]]
     renamed = {n: _mil_name(n) for n in names if _mil_name(n) != n}  # MIL names are identifiers

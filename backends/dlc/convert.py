@@ -8,7 +8,6 @@ from the QAIRT SDK's converter cannot be proven so: its hop is skipped."""
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,16 +34,11 @@ def _flavour(flavour: str | None):
 
 
 def _place(dlc: Path, output: Path) -> None:
-    """Copy ``dlc`` to ``output`` atomically (a temp name in the same folder, then os.replace)."""
-    from onnxbridge.fileio import staging_folder, writing
+    """Copy ``dlc`` to ``output`` atomically (staged beside it, then renamed over it)."""
+    from onnxbridge.fileio import placing
 
-    with writing(output):
-        staging = staging_folder(output)
-        try:
-            shutil.copyfile(dlc, staging / output.name)
-            os.replace(staging / output.name, output)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    with placing(output) as staged:
+        shutil.copyfile(dlc, staged)
 
 
 def _sanitized(name: str) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterable
 
+from onnxbridge.optable import OpTable
+
 if TYPE_CHECKING:
     import onnx
 
@@ -22,32 +24,22 @@ if TYPE_CHECKING:
 
 Rewrite = Callable[["onnx.NodeProto", "Rewriter"], "list[onnx.NodeProto] | None"]
 
-UP: dict[tuple[str, int], Rewrite] = {}
-DOWN: dict[tuple[str, int], Rewrite] = {}
+UP: OpTable[tuple[str, int]] = OpTable("up rewrite")
+DOWN: OpTable[tuple[str, int]] = OpTable("down rewrite")
 
 
-def _register(table: dict, ops: str | Iterable[str], version: int):
-    names = [ops] if isinstance(ops, str) else list(ops)
-
-    def deco(fn: Rewrite) -> Rewrite:
-        for op in names:
-            key = (op, version)
-            if key in table:
-                raise ValueError(f"two rewrites for {key}")
-            table[key] = fn
-        return fn
-
-    return deco
+def _steps(ops: str | Iterable[str], version: int) -> list[tuple[str, int]]:
+    return [(op, version) for op in ([ops] if isinstance(ops, str) else ops)]
 
 
-def up(ops: str | Iterable[str], version: int):
+def up(ops: str | Iterable[str], version: int) -> Callable[[Rewrite], Rewrite]:
     """Register the rewrite that moves ``ops`` up to schema ``version``."""
-    return _register(UP, ops, version)
+    return UP.register(*_steps(ops, version))
 
 
-def down(ops: str | Iterable[str], version: int):
+def down(ops: str | Iterable[str], version: int) -> Callable[[Rewrite], Rewrite]:
     """Register the rewrite that moves ``ops`` from schema ``version`` down to the one before."""
-    return _register(DOWN, ops, version)
+    return DOWN.register(*_steps(ops, version))
 
 
 def load_rules() -> None:
