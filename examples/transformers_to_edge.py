@@ -4,7 +4,8 @@ rewrites each build applies); and an approximation taken only when asked (--allo
 
     python examples/transformers_to_edge.py [OUT_DIR]
 
-Needs ``pip install 'onnxbridge[torch,coreml,qnn]'``. Every hop is validated; the flexible packages at several sizes.
+Needs ``pip install 'onnxbridge[torch,coreml,qnn]' torch==2.13.0``. Every hop is validated; flexible packages at
+several sizes.
 """
 from __future__ import annotations
 
