@@ -9,10 +9,10 @@ A backend module defines:
 
 A backend other than onnx also defines:
 
-- ``build(onnx_path, output, *, target, precision, context, **options) -> dict``: writes ``output`` atomically and
-  returns facts for the report; ``"warnings"`` and ``"notes"`` lists are moved to the report's, and a ``"runner"``
-  (popped before the report) runs what was just built for the backend hop when ``runner(output)`` could not (e.g.
-  the prepared model behind a DLC), or is the ``HopSkipped`` saying why that hop cannot run here. ``context`` is a ``BuildContext``;
+- ``build(onnx_path, output, *, target, precision, context, **options) -> BuildResult``: writes ``output``
+  atomically and returns an ``onnxbridge.plugins.BuildResult`` (facts, notes, warnings, the precision applied, and a
+  ``runner`` for the hop where ``runner(output)`` cannot run what was built, or the ``HopSkipped`` saying why);
+  ``context`` is a ``BuildContext``;
 - ``check(model, context) -> list[str]``: every blocker, without building (``onnxbridge check --targets``);
 - optionally ``companions(output) -> list[Path]``: files the build writes beside ``output`` (an IR's weights), removed
   with it when a run fails and counted in the artifact's size; ``rewrites(onnx_path, context)``: see ``check``.

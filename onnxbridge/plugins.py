@@ -37,6 +37,28 @@ class BuildContext:
     progress: object | None = None
 
 
+@dataclass
+class BuildResult:
+    """What a backend's ``build`` returns. ``facts``: the report's ``artifact.backend``; ``notes`` and ``warnings``
+    join the report's; ``precision``: what the artifact holds and computes in (``artifact.precision``), when the
+    backend says; ``runner``: a ``RunnerSpec`` that runs what was built for the hop where ``runner(output)`` cannot
+    (the prepared model behind a DLC), or the ``HopSkipped`` saying why the hop cannot run here."""
+
+    facts: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    precision: dict | None = None
+    runner: object | None = None
+
+    @classmethod
+    def from_facts(cls, facts: dict) -> "BuildResult":
+        """A backend's own facts dict split into the result: its ``notes``, ``warnings``, ``applied_precision`` and
+        ``runner`` entries taken out of the facts."""
+        facts = dict(facts)
+        return cls(facts, facts.pop("notes", []), facts.pop("warnings", []), facts.pop("applied_precision", None),
+                   facts.pop("runner", None))
+
+
 def module_of(backend: str) -> ModuleType:
     """The backend's module, imported even when its toolchain is missing (module imports are light; ``inspect`` of
     a DLC needs none, and the others raise ``UnavailableError`` themselves)."""

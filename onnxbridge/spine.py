@@ -455,7 +455,7 @@ def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, ste
     del model
     built_runner = None
     if backend is not None:
-        from onnxbridge.plugins import BuildContext
+        from onnxbridge.plugins import BuildContext, BuildResult
         from onnxbridge.worker import RelayedProgress, call
 
         context = BuildContext(target=target, sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
@@ -468,19 +468,20 @@ def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, ste
             files = [out_path, *_companions(backend, out_path)]
             there = [_identity(f) for f in files]
             try:
-                facts = call(f"{backend.__name__}:build", (dest, out_path),
+                built = call(f"{backend.__name__}:build", (dest, out_path),
                              {"target": target, "precision": precision, "context": context, **backend_options},
                              step=f"building the {to} model {out_path.name}", library=_library(to), progress=steps)
             finally:  # a build that placed its artifact and then failed (or crashed) leaves nothing behind
                 written += [f for f, before in zip(files, there) if _identity(f) != before]
-            rep["warnings"] += facts.pop("warnings", [])
-            rep["notes"] += facts.pop("notes", [])
-            built_runner = facts.pop("runner", None)
-            applied = facts.pop("applied_precision", None)
+            if not isinstance(built, BuildResult):
+                raise TypeError(f"backend '{to}': build() returned {type(built).__name__}, not a BuildResult")
+            rep["warnings"] += built.warnings
+            rep["notes"] += built.notes
+            built_runner = built.runner
             rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to,
-                               "bytes": sum(_size(f) for f in files if f.exists()), "backend": facts}
-            if applied:
-                rep["artifact"]["precision"] = {"requested": precision, **applied}
+                               "bytes": sum(_size(f) for f in files if f.exists()), "backend": built.facts}
+            if built.precision:
+                rep["artifact"]["precision"] = {"requested": precision, **built.precision}
             timings["backend_s"] = time.perf_counter() - t
     if validate:
         with steps.step("Validating against the source framework"):

@@ -10,16 +10,18 @@ SUFFIXES = (".crash",)
 PRECISIONS = ("fp32",)
 
 
-def build(onnx_path: Path, output: Path, *, target=None, precision="fp32", context=None) -> dict:
+def build(onnx_path: Path, output: Path, *, target=None, precision="fp32", context=None):
     """Writes the artifact, then crashes where ``CRASH_AT`` (an environment variable) says: ``build`` here,
     ``session`` when the hop's runner is made, ``run`` on its first call."""
     from onnxbridge.fileio import atomic_write_bytes
+    from onnxbridge.plugins import BuildResult
     from onnxbridge.worker import RunnerSpec
 
     atomic_write_bytes(output, Path(onnx_path).read_bytes())
     if os.environ.get("CRASH_AT") == "build":
         os.kill(os.getpid(), signal.SIGSEGV)
-    return {"runner": RunnerSpec("tests.crashing_backend:Runner", {"path": str(output)}, library="libcrashy 1.0")}
+    return BuildResult(runner=RunnerSpec("tests.crashing_backend:Runner", {"path": str(output)},
+                                         library="libcrashy 1.0"))
 
 
 class Runner:

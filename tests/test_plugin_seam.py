@@ -124,3 +124,17 @@ def _save_small_model(path) -> None:
                               "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])], [w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+
+
+def test_a_build_must_return_a_build_result(monkeypatch, cli, tmp_path, native_in_process):
+    """The seam is typed: a backend whose build returns a dict (the old, untyped contract) is the plugin's bug, exit
+    4, and what it wrote is removed."""
+    import tests.crashing_backend as crashy
+    from onnxbridge.plugins import BACKENDS
+
+    monkeypatch.setitem(BACKENDS._plugins, "crashy", Plugin("crashy", "tests.crashing_backend", requires=("onnx",)))
+    monkeypatch.setattr(crashy, "build", lambda onnx_path, output, **kw: output.write_bytes(b"x") and {"facts": 1})
+    res = cli("convert", f"{ROOT / 'examples' / 'models.py'}:cnn", "--to", "crashy", "-o", tmp_path / "m.crash")
+    assert res.exit_code == 4 and res.stderr.count("\n") == 1
+    assert "TypeError: backend 'crashy': build() returned dict, not a BuildResult" in res.stderr
+    assert not (tmp_path / "m.crash").exists()

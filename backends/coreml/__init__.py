@@ -19,16 +19,17 @@ PRECISIONS = ("fp32", "fp16", "int8")
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
-          allow_approx=()) -> dict:
+          allow_approx=()):
     from onnxbridge.backends.coreml.package import build as build_package
     from onnxbridge.legalize.approx import approximated_file
+    from onnxbridge.plugins import BuildResult
 
     with approximated_file(onnx_path, allow_approx) as (path, notes):
         facts = build_package(path, output, target=target or "iOS16", precision=precision,
                               dynamic=getattr(context, "dynamic", None) or (),
                               sample_shapes=getattr(context, "sample_shapes", None) or {},
                               input_shapes=getattr(context, "input_shapes", None) or {})
-    return {**facts, "notes": notes + facts.get("notes", [])}
+    return BuildResult.from_facts({**facts, "notes": notes + facts.get("notes", [])})
 
 
 def check(onnx_path: Path, context=None) -> list[str]:

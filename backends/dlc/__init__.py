@@ -31,15 +31,16 @@ HOP_NAME = "qnn-htp-simulator"
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
-          flavour: str | None = None, allow_approx=()) -> dict:
+          flavour: str | None = None, allow_approx=()):
     """Write ``output`` atomically; facts for the report (``runner``: a ``RunnerSpec`` of the HTP-simulator check
     of what was built, or ``HopSkipped``). ``allow_approx``: see ``onnxbridge.legalize.approx``."""
     from onnxbridge.backends.dlc.convert import build as build_dlc
     from onnxbridge.legalize.approx import approximated_file
+    from onnxbridge.plugins import BuildResult
 
     with approximated_file(onnx_path, allow_approx) as (path, notes):
         facts = build_dlc(path, output, target=target, precision=precision, context=context, flavour=flavour)
-    return {**facts, "notes": notes + facts.get("notes", [])}
+    return BuildResult.from_facts({**facts, "notes": notes + facts.get("notes", [])})
 
 
 def check(onnx_path: Path, context=None) -> list[str]:

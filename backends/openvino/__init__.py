@@ -23,12 +23,13 @@ PRECISIONS = ("fp32", "fp16", "int8")  # int8: NNCF post-training quantization o
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32",
-          context=None) -> dict:
+          context=None):
     """Write ``output`` (.xml) and its weights (.bin beside it) atomically; the report's backend facts."""
     from onnxbridge.backends.openvino.convert import build as build_ir
+    from onnxbridge.plugins import BuildResult
 
-    return build_ir(Path(onnx_path), Path(output), target=target, precision=precision,
-                    calibration=getattr(context, "calibration", None))
+    return BuildResult.from_facts(build_ir(Path(onnx_path), Path(output), target=target, precision=precision,
+                                           calibration=getattr(context, "calibration", None)))
 
 
 def companions(output: Path) -> list[Path]:

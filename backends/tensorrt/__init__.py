@@ -16,8 +16,9 @@ from onnxbridge.registry import Plugin
 PLUGIN = Plugin("tensorrt", "onnxbridge.backends.tensorrt", any_of=("tensorrt-rtx-cu12", "tensorrt"), extra="tensorrt",
                 priority=30,
                 description="TensorRT / TensorRT-RTX .engine with optimization profiles; run where a CUDA GPU is",
-                options=(Option("shapes", "Optimization profile of an input, e.g. x:1x3x224x224/8x3x224x224/32x3x224x224 "
-                                          "(default: min 1, opt and max from the sample).",
+                options=(Option("shapes", "Optimization profile of an input, e.g. "
+                                          "x:1x3x224x224/8x3x224x224/32x3x224x224 (default: min 1, opt and max from "
+                                          "the sample).",
                                 multiple=True, metavar="NAME:MIN/OPT/MAX"),
                          Option("workspace", "Workspace limit in MB.", kind="int", metavar="MB"),
                          Option("timing_cache", "Timing cache: loaded if present, saved after the build.", kind="file"),
@@ -32,12 +33,13 @@ PRECISIONS = ("fp32", "fp16", "int8")
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           shapes: list[str] | tuple = (), workspace: int | None = None, timing_cache: str | None = None,
-          flavour: str | None = None) -> dict:
+          flavour: str | None = None):
     """Build ``output`` from the ONNX model at ``onnx_path``; returns the report's backend facts."""
     from onnxbridge.backends.tensorrt import engine, flavours, preflight
     from onnxbridge.backends.tensorrt.profiles import parse_shapes
     from onnxbridge.errors import BadInputError
     from onnxbridge.fileio import workdir
+    from onnxbridge.plugins import BuildResult
 
     if target is not None:
         raise BadInputError("--target does not apply to --to tensorrt (an engine is built for the GPU it runs on)")
@@ -56,7 +58,7 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
         facts = engine.build(chosen, prepared, Path(output), precision=precision, profiles_given=given,
                              context=context, workspace=workspace, timing_cache=timing_cache, prep=prep)
     facts["warnings"] = warnings + facts["warnings"]
-    return facts
+    return BuildResult.from_facts(facts)
 
 
 def check(onnx_path: Path, context=None) -> list[str]:

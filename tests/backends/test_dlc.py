@@ -494,8 +494,8 @@ def test_the_build_refuses_a_placed_file_that_is_not_the_graph_simulated(cnn_dlc
 
 
 def test_the_build_describes_a_runner_another_process_can_make(cnn_dlc, tmp_path):
-    """build returns plain values (RunnerSpec), the model it names stays on disk under the run's workdir, and the
-    factory makes the runner with the hop's name and the structure facts."""
+    """build returns a BuildResult whose runner is plain values (RunnerSpec), the model it names stays on disk under
+    the run's workdir, and the factory makes the runner with the hop's name and the structure facts."""
     from onnxbridge.plugins import BuildContext
     from onnxbridge.worker import RunnerSpec, open_runner
 
@@ -503,8 +503,8 @@ def test_the_build_describes_a_runner_another_process_can_make(cnn_dlc, tmp_path
     work = tmp_path / "work"
     work.mkdir()
     out = tmp_path / "m.dlc"
-    facts = onnxbridge.backends.dlc.build(onnx_path, out, context=BuildContext(workdir=work))
-    spec = facts["runner"]
+    built = onnxbridge.backends.dlc.build(onnx_path, out, context=BuildContext(workdir=work))
+    spec, facts = built.runner, built.facts
     assert isinstance(spec, RunnerSpec) and spec.factory == "onnxbridge.backends.dlc.convert:htp_runner"
     assert spec.library.startswith("onnxruntime-qnn ")
     assert json.loads(json.dumps(spec.kwargs)) == spec.kwargs  # plain values only

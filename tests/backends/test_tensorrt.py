@@ -173,7 +173,7 @@ def test_engine_weights_shrink_with_precision(tmp_path):
         ctx = BuildContext(sample_shapes={"x": (4, 512)}, workdir=tmp_path, calibration={
             "x": RNG.standard_normal((2, 4, 512)).astype(np.float32)} if precision == "int8" else None)
         sizes[precision] = build(tmp_path / "m.onnx", tmp_path / f"{precision}.engine", precision=precision,
-                                 context=ctx)["engine_bytes"]
+                                 context=ctx).facts["engine_bytes"]
     weights = 2 * 512 * 512 * 4
     assert sizes["fp32"] > weights and sizes["fp32"] - sizes["fp16"] > 0.4 * weights, sizes
     assert sizes["int8"] < sizes["fp16"] and sizes["int8"] < 0.5 * sizes["fp32"], sizes  # int8 kernels add code

@@ -32,7 +32,7 @@ def _options(optimization: str, saved: Path | None = None):
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
-          optimization: str = "all") -> dict:
+          optimization: str = "all"):
     """Write ``output`` (.ort) atomically: onnxruntime optimizes the model at ``optimization`` and saves it."""
     import os
     import shutil
@@ -40,6 +40,7 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     import onnxruntime as ort
 
     from onnxbridge.fileio import staging_folder, writing
+    from onnxbridge.plugins import BuildResult
 
     output = Path(output)
     with writing(output):
@@ -50,8 +51,8 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
             os.replace(staging / output.name, output)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    return {"onnxruntime": ort.__version__, "optimization": optimization,
-            "notes": [f"ORT format saved by onnxruntime {ort.__version__} at optimization level {optimization}"]}
+    note = f"ORT format saved by onnxruntime {ort.__version__} at optimization level {optimization}"
+    return BuildResult({"onnxruntime": ort.__version__, "optimization": optimization}, notes=[note])
 
 
 class Runner:
