@@ -200,7 +200,7 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
     console = _console(ctx)
     if console is not None:
         art = rep["artifact"]
-        built = f"{art['format']}, from ONNX " if art["format"] != "onnx" else ""
+        built = f"{art['format']}, from ONNX " if "backend" in art else ""
         console.print(f"wrote {art['path']} ({built}opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} "
                       "bytes" + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "")
                       + ")")

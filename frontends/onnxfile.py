@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from onnxbridge.errors import BadInputError
-from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec, random_sample
 

@@ -2,39 +2,153 @@
 ``onnxbridge.backends``, each entry naming a ``Plugin`` declaration (``pkg.module:PLUGIN``) in a module that imports
 no framework. The built-in plugins register exactly as third-party packages do (see pyproject.toml), and a plugin's
 own module is imported only when it is used. What a backend module provides is described in
-``onnxbridge.backends``; a build gets a ``BuildContext``."""
+``onnxbridge.backends``.
+
+The contracts: a frontend module is a ``Frontend`` whose ``load`` returns a ``SourceModel``; a backend module is a
+``Backend`` whose ``build`` gets a ``BuildContext`` and returns a ``BuildResult``. ``Registry.load`` refuses a module
+that lacks a required member (the plugin is unusable, exit 3), so a half-written plugin fails where it is named.
+"""
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from onnxbridge.registry import Registry
+from onnxbridge.specs import DynamicAxis, InputSpec, Sample, TensorSpec
 
-FRONTEND_GROUP = "onnxbridge.frontends"
-BACKEND_GROUP = "onnxbridge.backends"
-FRONTENDS = Registry.from_entry_points("frontend", FRONTEND_GROUP)
-BACKENDS = Registry.from_entry_points("backend", BACKEND_GROUP)
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from onnxbridge.localize.probe import Sides
+
+Runner = Callable[[Mapping[str, Any]], list]  # named inputs -> outputs in order
+
+
+@dataclass
+class Exported:
+    """An exported ONNX model; tensors marked external live under ``base_dir``."""
+
+    model: "onnx.ModelProto"
+    base_dir: Path | None
+    exporter: str
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+class SourceModel(ABC):
+    """A loaded source model (what a frontend's ``load`` returns): its inputs, a sample, an ONNX export and
+    reference runs."""
+
+    frontend: str = ""  # registry name, e.g. "torch"
+    framework: str = ""  # distribution name, for versions in reports
+    converter: str = ""  # distribution name of the exporter it uses (e.g. "tf2onnx"), if not the framework
+    kind: str = ""  # what was loaded, e.g. "nn.Module", "torch.export .pt2"
+    description: str = ""
+    input_specs: list[TensorSpec]
+    sample: Sample | None = None
+    dynamic: list[DynamicAxis]
+
+    @abstractmethod
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
+               exporter: str = "auto") -> Exported:
+        """Write an ONNX model under ``workdir`` and return it."""
+
+    @abstractmethod
+    def run(self, feeds: Mapping[str, "np.ndarray"]) -> list["np.ndarray"]:
+        """Reference outputs from the source framework, flattened in ONNX output order."""
+
+    def probe(self, model: "onnx.ModelProto") -> "Sides | None":
+        """The source side for localizing a divergence against ``model`` (the ONNX export of this source): a probe
+        of intermediate tensors keyed by ``model``'s tensor names, or None where the framework records nothing that
+        maps onto them."""
+        return None
+
+    def info(self) -> dict:
+        return {"frontend": self.frontend, "framework": self.framework, "kind": self.kind, "description": self.description,
+                "inputs": [s.as_dict() for s in self.input_specs],
+                "dynamic": [{"name": d.name, "axis": d.axis, "label": d.dim_label} for d in self.dynamic]}
+
+
+@runtime_checkable
+class Frontend(Protocol):
+    """What a frontend module provides (besides ``PLUGIN``).
+
+    ``accepts(source)``: whether it can load ``source`` (a path or a live object; cheap, no framework import when
+    the answer is no); ``load(source, ...)``: the ``SourceModel`` (keyword arguments: ``sample_inputs``,
+    ``input_shapes`` (TensorSpecs), ``dynamic`` (DynamicAxis), ``input_names``, ``trust``, ``seed`` and the options
+    its ``Plugin`` declares). Export and reference runs are the SourceModel's.
+    """
+
+    NAME: str
+
+    def accepts(self, source: Any) -> bool: ...
+
+    def load(self, source: Any, **kwargs: Any) -> SourceModel: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a backend module provides (besides ``PLUGIN``).
+
+    - ``SUFFIXES``: how its artifacts end (``inspect``/``validate`` pick the backend by suffix); ``PRECISIONS``: the
+      precisions its build applies (others are refused before any work).
+    - ``build(onnx_path, output, *, target, precision, context, **options) -> BuildResult``: makes ``output``
+      (atomically) from the ONNX model the spine wrote; ``options`` are those its ``Plugin`` declares.
+    - ``runner(path, *, onnx_path=None) -> Runner``: runs a saved artifact here, or raises ``HopSkipped`` saying
+      why it cannot (no GPU, no simulator); ``inspect(path) -> dict``: what it holds, without running it;
+      ``check(onnx_path, context) -> list[str]``: every blocker, without building.
+
+    Optional members: ``TARGETS`` (the deployment targets ``--target`` may name; none by default), ``MAX_OPSET``
+    (the newest opset it consumes, None for any: its build adapts down itself), ``HOP_NAME`` (what its hop is called, default its name), ``ONNX_PRECISIONS`` (precisions the
+    spine applies to the ONNX model itself before ``build``), ``ONNX_ARTIFACT`` (the artifact is the ONNX model the
+    spine writes: written at the output, any file name, or returned in memory when there is no output path), ``PRECISION_HINTS`` (precision -> what to do instead, for refusals),
+    ``companions(output)`` (files written beside ``output``: removed with it on failure, counted in its size),
+    ``rewrites(onnx_path, context)`` (the legalization a build would apply).
+    """
+
+    SUFFIXES: tuple[str, ...]
+    PRECISIONS: tuple[str, ...]
+
+    def build(self, onnx_path: Path, output: Path, **kwargs: Any) -> "BuildResult": ...
+
+    def runner(self, path: Path, *, onnx_path: Path | None = None) -> Runner: ...
+
+    def inspect(self, path: str | Path) -> dict: ...
+
+    def check(self, onnx_path: Path, context: "BuildContext | None" = None) -> list[str]: ...
 
 
 @dataclass
 class BuildContext:
-    """What the spine knows that a backend build may need besides its own options.
+    """What the spine knows that a backend build (or check) may need besides its own options.
 
-    ``sample_shapes``: the shapes of the validation sample, by input name (TensorRT's default opt/max);
-    ``dynamic``: the axes asked to be dynamic, with ``min``/``max`` when given; ``input_shapes``: shapes the user
-    fixed with ``--input-shape`` (a DLC needs static shapes); ``calibration``: name -> array batches for int8;
-    ``workdir``: scratch space that lives until validation is over; ``progress``: a ``Progress``.
+    ``inputs``: the ``--input-shape``/``--dynamic`` spec, parsed once (its dynamic axes as the frontend resolved
+    them, with ``min``/``max`` when given); ``sample_shapes``: the shapes of the validation sample, by input name
+    (TensorRT's default opt/max); ``calibration``: name -> array batches for int8; ``workdir``: scratch space that
+    lives until validation is over; ``progress``: a ``Progress``.
     """
 
     target: str | None = None
+    inputs: InputSpec = field(default_factory=InputSpec)
     sample_shapes: dict[str, tuple] = field(default_factory=dict)
-    dynamic: list = field(default_factory=list)
-    input_shapes: dict[str, tuple] = field(default_factory=dict)
     calibration: dict | None = None
     workdir: Path | None = None
     progress: object | None = None
+
+    @property
+    def input_shapes(self) -> dict[str, tuple]:
+        """Shapes the user fixed with ``--input-shape``, by input name (a DLC needs static shapes)."""
+        return self.inputs.fixed()
+
+    @property
+    def dynamic(self) -> list[DynamicAxis]:
+        """The axes asked to be dynamic."""
+        return list(self.inputs.dynamic)
 
 
 @dataclass
@@ -49,6 +163,8 @@ class BuildResult:
     warnings: list[str] = field(default_factory=list)
     precision: dict | None = None
     runner: object | None = None
+    same_graph: bool = False  # the artifact is the ONNX model it was built from (placed, not converted): the
+    # first hop ran it, so there is no hop of its own
 
     @classmethod
     def from_facts(cls, facts: dict) -> "BuildResult":
@@ -57,6 +173,13 @@ class BuildResult:
         facts = dict(facts)
         return cls(facts, facts.pop("notes", []), facts.pop("warnings", []), facts.pop("applied_precision", None),
                    facts.pop("runner", None))
+
+
+# last: loading the entry points imports the plugins' declaration modules, which may import this one
+FRONTEND_GROUP = "onnxbridge.frontends"
+BACKEND_GROUP = "onnxbridge.backends"
+FRONTENDS = Registry.from_entry_points("frontend", FRONTEND_GROUP, contract=Frontend)
+BACKENDS = Registry.from_entry_points("backend", BACKEND_GROUP, contract=Backend)
 
 
 def module_of(backend: str) -> ModuleType:

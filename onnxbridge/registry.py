@@ -38,13 +38,14 @@ def dist_version(dist: str) -> str | None:
 class Registry:
     """Plugins by name. Nothing is imported until a plugin is asked for."""
 
-    def __init__(self, kind: str, plugins: list[Plugin]):
+    def __init__(self, kind: str, plugins: list[Plugin], contract: type | None = None):
         self.kind = kind
+        self.contract = contract  # a runtime-checkable Protocol every loaded module must satisfy
         self._plugins = {p.name: p for p in sorted(plugins, key=lambda p: (p.priority, p.name))}
         self._loaded: dict[str, ModuleType] = {}
 
     @classmethod
-    def from_entry_points(cls, kind: str, group: str) -> "Registry":
+    def from_entry_points(cls, kind: str, group: str, contract: type | None = None) -> "Registry":
         """The plugins installed distributions declare under entry-point ``group``, each entry point naming a
         ``Plugin`` (``pkg.module:PLUGIN``, in a module that imports no framework). One that fails to load is kept as
         ``broken``: listed with the reason, refused when used."""
@@ -57,7 +58,7 @@ class Registry:
             except Exception as exc:  # a third party's broken plugin must not break the CLI
                 plugin = Plugin(entry.name, entry.value.partition(":")[0], broken=f"{type(exc).__name__}: {exc}")
             plugins.append(plugin)
-        return cls(kind, plugins)
+        return cls(kind, plugins, contract)
 
     def names(self) -> list[str]:
         return list(self._plugins)
@@ -104,8 +105,20 @@ class Registry:
             module = importlib.import_module(plugin.module)
         except Exception as exc:  # a broken optional dependency must not break the CLI
             raise UnavailableError(f"{self.kind} '{name}' failed to import: {type(exc).__name__}: {exc}") from exc
+        lacking = self.lacking(module)
+        if lacking:
+            raise UnavailableError(f"{self.kind} '{name}' ({plugin.module}) does not implement the {self.kind} "
+                                   f"contract: it lacks {', '.join(lacking)}")
         self._loaded[name] = module
         return module
+
+    def lacking(self, module: ModuleType) -> list[str]:
+        """The members of the registry's contract that ``module`` does not define."""
+        if self.contract is None:
+            return []
+        members = [*getattr(self.contract, "__annotations__", {}),
+                   *(n for n, v in vars(self.contract).items() if callable(v) and not n.startswith("_"))]
+        return [m for m in dict.fromkeys(members) if not hasattr(module, m)]
 
     def status(self, name: str) -> dict:
         """Availability of one plugin, without importing heavy frameworks."""

@@ -3,17 +3,18 @@ from __future__ import annotations
 
 import datetime as _dt
 import platform
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Iterable
 
 from onnxbridge._version import __version__
 from onnxbridge.registry import dist_version
 
-SCHEMA_VERSION = "1.5"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
+SCHEMA_VERSION = "1.6"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
 # 1.3: hops compared with the source too (vs_source), introduced_by, skipped hops with skipped_reason, check
 # --targets (targets), backend artifacts without opset/ir_version; 1.4: artifact.precision (what was applied), hop
 # runtimes (what ran) and artifact_checked/artifact_check, output reason (NaN/inf) and reference_dtype; 1.5: check
-# --targets hints (per blocker) and rewrites (legalization rules a build applies)
+# --targets hints (per blocker) and rewrites (legalization rules a build applies); 1.6: hop localization (the
+# first divergent node of a failed hop, the trace of compared intermediates)
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
 
 
@@ -76,7 +77,7 @@ def _chain_position(hop: dict, hops: list[dict]) -> int:
 
 
 def failure_summary(report: dict) -> str:
-    """One line naming the failing hop and outputs."""
+    """One line naming the failing hop and outputs, and where localization found the difference start."""
     parts = []
     for h in report["hops"]:
         if h["status"] != "failed":
@@ -85,8 +86,69 @@ def failure_summary(report: dict) -> str:
         detail = ", ".join(f"{o['name']} ({o['reason']})" if o.get("reason") else
                            f"{o['name']} (max abs {o['max_abs']:.3g}, needs atol {o['required_atol']:.3g})"
                            if "max_abs" in o else f"{o['name']} ({o.get('error') or 'values differ'})" for o in bad)
-        parts.append(f"{h['from']} -> {h['to']}: " + "; ".join(filter(None, [detail, "; ".join(h["errors"])[:300]])))
+        parts.append(f"{h['from']} -> {h['to']}: " + "; ".join(filter(None, [detail, "; ".join(h["errors"])[:300],
+                                                                           localization_summary(h)])))
     return "validation failed: " + "; ".join(parts)
+
+
+# What a first divergent node's ``source`` names, by the hop's target (``to``) or source framework (``from``);
+# ONNX -> ONNX hops (adapters, ``validate a.onnx b.onnx``) name the converted model's node.
+SOURCE_KINDS = {"coreml": "MIL op", "qnn-htp-simulator": "ONNX node", "tensorrt": "ONNX node",
+                "openvino": "ONNX node", "torch": "torch module", "tensorflow": "Keras layer", "paddle": "Paddle op"}
+
+
+def source_kind(hop: dict) -> str:
+    """What the ``source`` of a hop's first divergent node is, in words (``torch module``, ``MIL op``, ...)."""
+    for side in (hop.get("to"), hop.get("from")):
+        if side in SOURCE_KINDS:
+            return SOURCE_KINDS[side]
+    return "converted node" if str(hop.get("from", "")).startswith("onnx") else "source"
+
+
+def localization_summary(hop: dict, quote: Callable[[str], str] = str) -> str | None:
+    """One line on a hop's ``localization``: the first divergent node, its source name and error, the runs it
+    took; or why localization was skipped. None when the hop has no localization. ``quote`` formats the names
+    that come from the user's model (node, output, source), e.g. as Markdown code spans."""
+    loc = hop.get("localization")
+    if not loc:
+        return None
+    if "skipped" in loc:
+        return f"localization skipped: {loc['skipped']}"
+    runs = loc.get("runs")
+    cost = f"{runs} run{'s' if runs != 1 else ''}" if runs is not None else None
+    first = loc.get("first_divergent")
+    if first is None:
+        traced = len(loc.get("trace") or ())
+        return "; ".join(filter(None, [f"localization found no divergent node among {traced} traced tensor(s)", cost]))
+    output = f"output {quote(first['output'])}" if first.get("output") else None
+    where = [", ".join(filter(None, [first.get("op"), output]))]
+    if first.get("source"):
+        where.append(f"{source_kind(hop)} {quote(first['source'])}")
+    err = first.get("error") or {}
+    if err.get("error"):  # not comparable (shape or dtype)
+        error = err["error"]
+    elif err.get("max_abs") is not None:
+        error = f"max_abs {err['max_abs']:.1e}" + (f" ({err['reason']})" if err.get("reason") else "")
+    else:
+        error = err.get("reason")
+    line = f"first divergent node: {quote(first['node'])} ({'; '.join(filter(None, where))})"
+    if first.get("inputs_ok") is False:
+        line += " (its inputs already differ)"
+    return "; ".join(filter(None, [", ".join(filter(None, [line, error])), cost]))
+
+
+def trace_window(loc: dict, around: int = 3) -> tuple[list[tuple[int, dict]], int | None]:
+    """The trace entries around the culprit, ``around`` either side, as (position in the trace, entry), and the
+    culprit's position: the entry with the first divergent node's output, else the first failed one. With
+    neither, the first ``2 * around + 1`` entries and None."""
+    trace = list(loc.get("trace") or ())
+    first = loc.get("first_divergent") or {}
+    at = next((i for i, t in enumerate(trace) if first and t.get("output") == first.get("output")), None)
+    if at is None:
+        at = next((i for i, t in enumerate(trace) if t.get("passed") is False), None)
+    lo = 0 if at is None else max(at - around, 0)
+    hi = 2 * around + 1 if at is None else at + around + 1
+    return list(enumerate(trace))[lo:hi], at
 
 
 def warnings_of(report: dict) -> list[str]:
@@ -143,5 +205,11 @@ def render(report: dict, console) -> None:
             console.print(f"[dim]{escape(hop['to'])}: {escape(what)}[/]")
         for line in hop["errors"]:
             console.print(f"[red]error:[/] {line}")
+        where = localization_summary(hop)
+        if where:
+            loc = hop["localization"]
+            console.print(f"[red]{escape(where)}[/]" if loc.get("first_divergent") else escape(where))
+            timing = f", {loc['seconds']:.3g} s" if loc.get("seconds") is not None else ""
+            console.print(f"[dim]localization: {escape(str(loc.get('method') or ''))}{timing}[/]")
         for line in hop["notes"]:
             console.print(f"[dim]note: {line}[/]")

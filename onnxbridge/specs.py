@@ -87,6 +87,29 @@ def normalize_dynamic(dynamic) -> list[DynamicAxis]:
     return [d if isinstance(d, DynamicAxis) else parse_dynamic(str(d)) for d in dynamic]
 
 
+@dataclass(frozen=True)
+class InputSpec:
+    """``--input-shape`` and ``--dynamic``, parsed once: what frontends and backends both read."""
+
+    shapes: tuple[TensorSpec, ...] = ()
+    dynamic: tuple[DynamicAxis, ...] = ()
+
+    @classmethod
+    def parse(cls, input_shapes: "Sequence[str | TensorSpec] | None" = (), dynamic: Any = None) -> "InputSpec":
+        """From ``NAME:D1,D2[:DTYPE]`` strings or TensorSpecs, and ``--dynamic`` in any form ``normalize_dynamic``
+        takes."""
+        return cls(tuple(parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes or ()),
+                   tuple(normalize_dynamic(dynamic)))
+
+    def fixed(self) -> dict[str, tuple]:
+        """The shapes fixed by ``--input-shape``, by input name."""
+        return {s.name: tuple(s.shape) for s in self.shapes}
+
+    def with_dynamic(self, dynamic: Sequence[DynamicAxis]) -> "InputSpec":
+        """The same shapes with the dynamic axes as a frontend resolved them."""
+        return InputSpec(self.shapes, tuple(dynamic))
+
+
 def check_names(kind: str, given: Sequence[str], known: Sequence[str]) -> None:
     unknown = [n for n in given if n not in known]
     if unknown:

@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -18,13 +19,12 @@ from onnxbridge.errors import BadInputError, UnsupportedError, ValidationFailed
 from onnxbridge.fileio import output_lock, workdir, write_json
 from onnxbridge.progress import Progress
 from onnxbridge.registry import dist_version
-from onnxbridge.specs import (DynamicAxis, Sample, TensorSpec, load_npz, normalize_dynamic, parse_input_shape,
-                              reseed, vary_dynamic)
+from onnxbridge.specs import DynamicAxis, InputSpec, Sample, TensorSpec, load_npz, reseed, vary_dynamic
 
 if TYPE_CHECKING:
     import onnx
 
-    from onnxbridge.frontends.base import SourceModel
+    from onnxbridge.plugins import SourceModel
 
 
 @dataclass
@@ -60,19 +60,13 @@ def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = N
     if is_factory(source) and from_ != "onnx":
         source, factory_sample = call_factory(source)
         sample_inputs = factory_sample if sample_inputs is None else sample_inputs
-    specs = _parse_shapes(input_shapes)
+    spec = InputSpec.parse(input_shapes, dynamic)  # parsed values pass through unchanged
     name = pick_frontend(source, from_)
     frontend = FRONTENDS.load(name)
     options = {k: v for k, v in options.items() if v is not None and v != () and v != []}
     _refuse_foreign(FRONTENDS, name, options, f"{name} sources", "--from")
-    return frontend.load(source, sample_inputs=sample_inputs, input_shapes=specs,
-                         dynamic=normalize_dynamic(dynamic), input_names=input_names, trust=trust, seed=seed,
-                         **options)
-
-
-def _parse_shapes(input_shapes: Sequence[str | TensorSpec] | None) -> list[TensorSpec]:
-    """``--input-shape`` values (``NAME:D1,D2,...[:DTYPE]`` strings or TensorSpecs) as TensorSpecs."""
-    return [parse_input_shape(s) if isinstance(s, str) else s for s in input_shapes or ()]
+    return frontend.load(source, sample_inputs=sample_inputs, input_shapes=list(spec.shapes),
+                         dynamic=list(spec.dynamic), input_names=input_names, trust=trust, seed=seed, **options)
 
 
 def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec], count: int = 1,
@@ -210,14 +204,11 @@ def _refuse_foreign(registry, name: str, given: dict, what: str, selector: str) 
 
 
 def _check_precision(to: str, backend, precision: str) -> None:
-    """Refuse a precision the target does not apply (each backend declares ``PRECISIONS``)."""
-    from onnxbridge.plugins import module_of
-
-    declared = tuple(getattr(backend or module_of("onnx"), "PRECISIONS", ()))
+    """Refuse a precision the target does not apply (each backend declares ``PRECISIONS``, and may say what to do
+    instead in ``PRECISION_HINTS``)."""
+    declared = tuple(backend.PRECISIONS)
     if precision not in declared:
-        hint = ("quantize the model (e.g. onnxruntime.quantization) and check it with `onnxbridge validate "
-                "--precision int8`, or convert to a backend that quantizes (--to dlc/tensorrt with --calibration)"
-                if backend is None and precision == "int8" else None)
+        hint = getattr(backend, "PRECISION_HINTS", {}).get(precision)
         raise BadInputError(f"--precision {precision} is not applied by --to {to} (it applies "
                             f"{', '.join(declared) or 'none'})", hint=hint)
 
@@ -316,74 +307,267 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     ``"file.py:factory"`` / ``"pkg.mod:factory"`` returning ``model`` or ``(model, sample_inputs)``.
     Returns a ConversionResult whose ``report`` says whether the numbers held (it never raises for a
     numeric mismatch; call ``raise_for_status()`` for that). With ``output=None`` the model is returned
-    in memory as ``.model``. ``to="coreml"`` (``.mlpackage``), ``"dlc"`` or ``"tensorrt"`` (``.engine``) builds
-    that backend's artifact from the ONNX model (``target``: a deployment target, e.g. "iOS16") and validates it
-    as a hop of its own. Backend options go in ``options`` too: ``shapes`` (TensorRT ``NAME:MIN/OPT/MAX``),
-    ``workspace`` (MB), ``timing_cache``, ``calibration`` (.npz for int8), ``flavour`` and ``allow_approx`` (Core ML,
-    DLC: names from ``onnxbridge.legalize.approx.APPROXIMATIONS``, e.g. ``["gelu-tanh"]``, applied and reported). ``precision="fp16"`` writes an
-    fp16 model (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances.
-    Frontend options go in ``options``: ``signature`` and ``inputs_as_nchw`` (TensorFlow). ``renderers``: more
+    in memory as ``.model``. ``to="coreml"`` (``.mlpackage``), ``"dlc"``, ``"tensorrt"`` (``.engine``),
+    ``"openvino"`` (``.xml``) or any installed backend builds that backend's artifact from the ONNX model
+    (``target``: a deployment target, e.g. "iOS16") and validates it as a hop of its own. Plugin options go in
+    ``options`` under the names the plugins declare (``onnxbridge doctor`` lists them; e.g. ``shapes``,
+    ``workspace``, ``calibration``, ``allow_approx``, ``signature``). ``precision="fp16"`` writes an fp16 model
+    (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances. ``renderers``: more
     reports to write, format (junit, markdown, html) -> path. No output may name another or an input's file.
     """
     arguments.check({**locals(), **options})
-    from onnxbridge.plugins import BACKENDS
-    from onnxbridge.sources import is_factory
-    from onnxbridge.validation import Tolerance
+    run = _Conversion.plan(source, sample_inputs, to=to, output=output, opset=opset, dynamic=dynamic,
+                           validate=validate, inputs=inputs, input_shapes=input_shapes, input_names=input_names,
+                           output_names=output_names, exporter=exporter, from_=from_, trust=trust,
+                           precision=precision, atol=atol, rtol=rtol, samples=samples, latency_runs=latency_runs,
+                           seed=seed, external_data=external_data, report=report, progress=progress, target=target,
+                           renderers=renderers, options=options)
+    return run.run()
 
-    t0 = time.perf_counter()
-    backend = BACKENDS.load(to) if to != "onnx" else None  # built from the written ONNX model below
-    backend_options = _backend_options(to, options)
-    calibration = backend_options.pop("calibration", None)
-    if "allow_approx" in backend_options:
-        from onnxbridge.legalize.approx import check_names
 
-        backend_options["allow_approx"] = check_names(backend_options["allow_approx"])
-    if backend is not None and output is None:
-        raise BadInputError(f"--to {to} needs an output path ({', '.join(backend.SUFFIXES)})")
-    if backend is not None and not str(output).endswith(tuple(backend.SUFFIXES)):
-        raise BadInputError(f"a {to} output must end with {' or '.join(backend.SUFFIXES)}")
-    if target is not None and backend is None:
-        raise BadInputError("--target applies to backends (e.g. --to coreml), not to ONNX output")
-    _check_precision(to, backend, precision)
-    _check_opset(opset)
-    tol = Tolerance.for_precision(precision, atol, rtol)
-    out_path = Path(output) if output is not None else None
-    factory_file = source.rpartition(":")[0] if is_factory(source) else None
-    side_file = f"{out_path}.data" if to == "onnx" and out_path is not None else None  # save_onnx's weights file
-    arguments.check_paths({"the source model": source, "the source's factory file": factory_file,
-                           "--inputs": inputs, "--calibration": calibration},
-                          {"-o": output, "-o's external data": side_file, "--report": report,
-                           "--timing-cache": backend_options.get("timing_cache"), **_renderer_flags(renderers)})
-    steps = Progress(progress)
-    timings: dict[str, float] = {}
-    with output_lock(out_path):
-        with steps.step("Loading the source model"):
+@dataclass
+class _Conversion:
+    """One ``convert`` run as its stages: load, export, finalize, write, build, validate, report. Each stage is a
+    method; ``_stage`` shows its progress line and times it (the report's ``timings``)."""
+
+    source: Any
+    sample_inputs: Any
+    to: str
+    backend: Any  # the backend module (onnxbridge.plugins.Backend)
+    out_path: Path | None
+    opset: int | None
+    validate: bool
+    inputs: Any
+    spec: InputSpec
+    input_names: Sequence[str] | None
+    output_names: Sequence[str] | None
+    exporter: str
+    from_: str | None
+    trust: bool
+    precision: str
+    tol: Any
+    samples: int
+    latency_runs: int
+    seed: int
+    external_data: bool | None
+    report_path: str | Path | None
+    renderers: dict | None
+    target: str | None
+    calibration: Any
+    frontend_options: dict
+    backend_options: dict
+    steps: Progress
+    timings: dict = field(default_factory=dict)
+    written: list = field(default_factory=list)  # what is at the output paths: removed if the run ends in an error
+
+    @classmethod
+    def plan(cls, source: Any, sample_inputs: Any, *, to: str, output, opset, dynamic, validate, inputs,
+             input_shapes, input_names, output_names, exporter, from_, trust, precision, atol, rtol, samples,
+             latency_runs, seed, external_data, report, progress, target, renderers, options: dict) -> "_Conversion":
+        """Everything refused before any work: unknown backend, foreign options, precision, target, opset, paths."""
+        from onnxbridge.plugins import BACKENDS
+        from onnxbridge.sources import is_factory
+        from onnxbridge.validation import Tolerance
+
+        backend = BACKENDS.load(to)
+        options = dict(options)
+        backend_options = _backend_options(to, options)
+        calibration = backend_options.pop("calibration", None)
+        if "allow_approx" in backend_options:
+            from onnxbridge.legalize.approx import check_names
+
+            backend_options["allow_approx"] = check_names(backend_options["allow_approx"])
+        onnx_artifact = getattr(backend, "ONNX_ARTIFACT", False)
+        if output is None and not onnx_artifact:
+            raise BadInputError(f"--to {to} needs an output path ({', '.join(backend.SUFFIXES)})")
+        if output is not None and not onnx_artifact and not str(output).endswith(tuple(backend.SUFFIXES)):
+            raise BadInputError(f"a {to} output must end with {' or '.join(backend.SUFFIXES)}")
+        _check_target(to, backend, target)
+        _check_precision(to, backend, precision)
+        _check_opset(opset)
+        tol = Tolerance.for_precision(precision, atol, rtol)
+        out_path = Path(output) if output is not None else None
+        factory_file = source.rpartition(":")[0] if is_factory(source) else None
+        beside = {f"-o's {p.name}": p for p in _companions(backend, out_path)} if out_path is not None else {}
+        arguments.check_paths({"the source model": source, "the source's factory file": factory_file,
+                               "--inputs": inputs, "--calibration": calibration},
+                              {"-o": output, **beside, "--report": report,
+                               "--timing-cache": backend_options.get("timing_cache"), **_renderer_flags(renderers)})
+        return cls(source, sample_inputs, to, backend, out_path, opset, validate, inputs,
+                   InputSpec.parse(input_shapes, dynamic), input_names, output_names, exporter, from_, trust,
+                   precision, tol, samples, latency_runs, seed, external_data, report, renderers, target, calibration,
+                   options, backend_options, Progress(progress))
+
+    @contextmanager
+    def _stage(self, key: str | None, title: str):
+        """A stage's progress line and its time, as ``timings[KEY_s]``."""
+        with self.steps.step(title):
             t = time.perf_counter()
-            src = load_source(source, sample_inputs=sample_inputs, from_=from_, input_shapes=input_shapes,
-                              dynamic=dynamic, input_names=input_names, trust=trust, seed=seed, **options)
-            timings["load_s"] = time.perf_counter() - t
-        _check_loaded_names(src, input_names, input_shapes)
-        source_info = {**src.info(), "path": str(source) if isinstance(source, (str, Path)) else None}
-        rep = reports.new_report("convert", source=source_info,
-                                 frameworks=[d for d in (src.framework, src.converter) if d])
-        written: list[Path] = []  # what is at the output paths: removed if the run ends in an error
-        try:
-            with workdir() as scratch:
-                in_memory = _convert_in(src, scratch, rep, timings, steps, written, to=to, backend=backend,
-                                        out_path=out_path, opset=opset, validate=validate, inputs=inputs,
-                                        input_shapes=input_shapes, output_names=output_names, exporter=exporter,
-                                        precision=precision, tol=tol, samples=samples, latency_runs=latency_runs,
-                                        seed=seed, external_data=external_data, report=report, target=target,
-                                        calibration=calibration, backend_options=backend_options)
-                _release()
-        except BaseException:
-            _remove(written)
-            raise
-        timings["total_s"] = time.perf_counter() - t0
-        rep["timings"] = {k: round(v, 4) for k, v in timings.items()}
-        reports.finish(rep, validated=validate)
-        _write_reports(rep, report, renderers)
-    return ConversionResult(out_path, in_memory, rep)
+            yield
+            if key is not None:
+                self.timings[f"{key}_s"] = time.perf_counter() - t
+
+    def run(self) -> ConversionResult:
+        t0 = time.perf_counter()
+        in_memory = None
+        with output_lock(self.out_path):
+            src = self.load()
+            try:
+                with workdir() as scratch:
+                    exported = self.export(src, scratch)
+                    model, base_dir, before = self.finalize(src, exported, scratch)
+                    dest = self.write(model, base_dir, scratch)
+                    del model
+                    reference, built = self.build(src, dest, scratch)
+                    if self.validate:
+                        self.check(src, reference, before, built)
+                    if self.out_path is None:
+                        from onnxbridge.fileio import load_onnx
+
+                        in_memory = load_onnx(dest, load_external_data=True)
+                    _release()
+            except BaseException:
+                _remove(self.written)
+                raise
+            self.timings["total_s"] = time.perf_counter() - t0
+            self.rep["timings"] = {k: round(v, 4) for k, v in self.timings.items()}
+            reports.finish(self.rep, validated=self.validate)
+            _write_reports(self.rep, self.report_path, self.renderers)
+        return ConversionResult(self.out_path, in_memory, self.rep)
+
+    def load(self) -> "SourceModel":
+        """Load the source with its frontend; every name the user gave is checked against what it loaded."""
+        with self._stage("load", "Loading the source model"):
+            src = load_source(self.source, sample_inputs=self.sample_inputs, from_=self.from_,
+                              input_shapes=self.spec.shapes, dynamic=list(self.spec.dynamic),
+                              input_names=self.input_names, trust=self.trust, seed=self.seed,
+                              **self.frontend_options)
+        _check_loaded_names(src, self.input_names, self.spec)
+        source_info = {**src.info(), "path": str(self.source) if isinstance(self.source, (str, Path)) else None}
+        self.rep = reports.new_report("convert", source=source_info,
+                                      frameworks=[d for d in (src.framework, src.converter) if d])
+        return src
+
+    def export(self, src: "SourceModel", scratch: Path):
+        with self._stage("export", f"Exporting {src.kind} to ONNX"):
+            exported = src.export(scratch, opset=self.opset, output_names=self.output_names, exporter=self.exporter)
+        self.rep["notes"] += exported.notes
+        self.rep["warnings"] += exported.warnings
+        _check_exported_names(src, exported.model, self.output_names, self.tol)
+        return exported
+
+    def finalize(self, src: "SourceModel", exported, scratch: Path):
+        """The builder's pass (opset, IR, metadata) and the precisions the backend wants in the ONNX model itself;
+        also the exporter's model kept for the adapters' hop. Returns (model, base_dir, before)."""
+        from onnxbridge import builder
+        from onnxbridge.fileio import detach_weights
+
+        with self._stage("build", "Building the ONNX model"):
+            model, base_dir = detach_weights(exported.model, exported.base_dir, scratch)
+            del exported.model
+            before = _keep_before_adapting(model, base_dir, scratch, self.opset) \
+                if self.validate and src.frontend != "onnx" else None
+            try:
+                model, notes = builder.finalize(model, opset=self.opset, source={
+                    "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
+                    "exporter": exported.exporter})
+            except UnsupportedError as exc:  # say what the export already tried, and record every blocker
+                if self.report_path is not None and self.opset is not None:
+                    _write_blocked(self.report_path, self.rep, model, self.opset, str(exc))
+                if not exported.notes:
+                    raise
+                raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
+            self.rep["notes"] += notes
+            if self.precision in getattr(self.backend, "ONNX_PRECISIONS", ()):
+                from onnxbridge.precision import to_fp16
+
+                model = to_fp16(model, base_dir=base_dir)
+                self.rep["notes"].append("weights and compute in fp16; inputs and outputs stay fp32 (Casts at the "
+                                         "edges)")
+        return model, base_dir, before
+
+    def write(self, model: "onnx.ModelProto", base_dir: Path | None, scratch: Path) -> Path:
+        """The ONNX model every backend builds from: in the scratch folder, or at the output itself where the
+        backend's artifact is that ONNX model (``ONNX_ARTIFACT``: written once, where it stays)."""
+        from onnxbridge import builder
+        from onnxbridge.fileio import save_onnx
+
+        at_output = self.out_path is not None and getattr(self.backend, "ONNX_ARTIFACT", False)
+        dest = self.out_path if at_output else scratch / "model.onnx"
+        with self._stage("write", f"Writing {dest.name}"):
+            files = save_onnx(model, dest, base_dir=base_dir, external_data=self.external_data,
+                              check=builder.check_file)
+            if at_output:
+                self.written += [dest, *(dest.parent / f for f in files)]
+        self.rep["artifact"] = _artifact(dest, "onnx", model, files)
+        return dest
+
+    def build(self, src: "SourceModel", dest: Path, scratch: Path):
+        """The backend's build from the written ONNX model, in the worker. Returns the ONNX model the hops use as
+        their reference (the artifact itself where the build placed that graph) and the BuildResult (None when
+        nothing was built: no output path)."""
+        from onnxbridge.plugins import BuildContext, BuildResult
+        from onnxbridge.worker import RelayedProgress, call
+
+        if self.out_path is None:
+            return dest, None
+        context = BuildContext(target=self.target, inputs=self.spec.with_dynamic(src.dynamic),
+                               sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
+                               calibration=load_npz(self.calibration) if self.calibration is not None else None,
+                               workdir=scratch, progress=RelayedProgress(self.steps.enabled))
+        files = [self.out_path, *_companions(self.backend, self.out_path)]
+        there = [_identity(f) for f in files]
+        with self._stage("backend", f"Building the {self.to} model"):
+            try:
+                built = call(f"{self.backend.__name__}:build", (dest, self.out_path),
+                             {"target": self.target, "precision": self.precision, "context": context,
+                              **self.backend_options},
+                             step=f"building the {self.to} model {self.out_path.name}", library=_library(self.to),
+                             progress=self.steps)
+            finally:  # a build that placed its artifact and then failed (or crashed) leaves nothing behind
+                self.written += [f for f, before in zip(files, there) if _identity(f) != before]
+            if not isinstance(built, BuildResult):
+                raise TypeError(f"backend '{self.to}': build() returned {type(built).__name__}, not a BuildResult")
+        self.rep["warnings"] += built.warnings
+        self.rep["notes"] += built.notes
+        artifact = {**self.rep["artifact"], "path": str(self.out_path), "format": self.to,
+                    "bytes": sum(_size(f) for f in files if f.exists())}
+        if not built.same_graph:
+            artifact["backend"] = built.facts
+        if built.precision:
+            artifact["precision"] = {"requested": self.precision, **built.precision}
+        self.rep["artifact"] = artifact
+        return (self.out_path if built.same_graph else dest), built
+
+    def check(self, src: "SourceModel", reference: Path, before, built) -> None:
+        """The hops: source -> ONNX, the adapters' (when they ran), and the backend's (unless its artifact is the
+        ONNX model the first hop ran)."""
+        with self._stage("validate", "Validating against the source framework"):
+            hop, used, source, onnx_runner = _hop(src, reference, self.inputs, self.tol, self.rep, self.samples,
+                                                  self.seed, self.latency_runs)
+            self.rep["hops"].append(hop)
+            if before is not None:  # attribute a difference to the exporter or to the opset adapters
+                self.rep["hops"].append(_onnx_hop(before, onnx_runner, self.rep["artifact"]["opset"], used, self.tol,
+                                                  source))
+            if built is not None and not built.same_graph:
+                self.rep["hops"].append(_backend_hop(self.to, onnx_runner, reference, self.out_path, used, self.tol,
+                                                     built.runner, source, self.latency_runs))
+            del onnx_runner
+
+
+def _check_target(to: str, backend, target: str | None) -> None:
+    """``--target`` must name one of the deployment targets the backend declares (``TARGETS``)."""
+    from onnxbridge.plugins import BACKENDS, module_of
+
+    if target is None:
+        return
+    targets = tuple(getattr(backend, "TARGETS", ()))
+    if not targets:
+        takers = [n for n in BACKENDS.names() if not BACKENDS.plugin(n).broken and getattr(module_of(n), "TARGETS", ())]
+        raise BadInputError(f"--target does not apply to --to {to}"
+                            + (f" (it applies to {', '.join(f'--to {n}' for n in takers)})" if takers else ""))
+    if target not in targets:
+        raise BadInputError(f"unknown {to} target '{target}'; known: {', '.join(targets)}")
 
 
 def _renderer_flags(renderers: dict | None) -> dict:
@@ -399,103 +583,6 @@ def _write_reports(rep: dict, report: str | Path | None, renderers: dict | None)
         write_json(report, rep)
     for fmt, path in (renderers or {}).items():
         write(rep, path, fmt)
-
-
-def _convert_in(src: "SourceModel", scratch: Path, rep: dict, timings: dict, steps: Progress, written: list[Path], *,
-                to: str, backend, out_path: Path | None, opset: int | None, validate: bool, inputs: Any,
-                input_shapes, output_names, exporter: str, precision: str, tol, samples: int, latency_runs: int,
-                seed: int, external_data, report, target, calibration, backend_options: dict):
-    """``convert`` from the loaded source on: export, build, write (``written`` learns each path as it is
-    written), build the backend's artifact, validate. Returns the model when there is no output path."""
-    from onnxbridge import builder
-    from onnxbridge.fileio import detach_weights, load_onnx, save_onnx
-
-    with steps.step(f"Exporting {src.kind} to ONNX"):
-        t = time.perf_counter()
-        exported = src.export(scratch, opset=opset, output_names=output_names, exporter=exporter)
-        timings["export_s"] = time.perf_counter() - t
-    rep["notes"] += exported.notes
-    rep["warnings"] += exported.warnings
-    _check_exported_names(src, exported.model, output_names, tol)
-    with steps.step("Building the ONNX model"):
-        t = time.perf_counter()
-        model, base_dir = detach_weights(exported.model, exported.base_dir, scratch)
-        del exported.model
-        before = _keep_before_adapting(model, base_dir, scratch, opset) if validate and src.frontend != "onnx" \
-            else None
-        try:
-            model, notes = builder.finalize(model, opset=opset, source={
-                "source_framework": src.framework, "source_framework_version": dist_version(src.framework),
-                "exporter": exported.exporter})
-        except UnsupportedError as exc:  # say what the export already tried, and record every blocker
-            if report is not None and opset is not None:
-                _write_blocked(report, rep, model, opset, str(exc))
-            if not exported.notes:
-                raise
-            raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
-        rep["notes"] += notes
-        if precision == "fp16" and backend is None:  # a backend applies its own compute precision
-            from onnxbridge.precision import to_fp16
-
-            model = to_fp16(model, base_dir=base_dir)
-            rep["notes"].append("weights and compute in fp16; inputs and outputs stay fp32 (Casts at the edges)")
-        timings["build_s"] = time.perf_counter() - t
-    dest = scratch / "model.onnx" if out_path is None or backend is not None else out_path
-    with steps.step(f"Writing {dest.name}"):
-        t = time.perf_counter()
-        files = save_onnx(model, dest, base_dir=base_dir, external_data=external_data, check=builder.check_file)
-        if dest == out_path:
-            written += [dest, *(dest.parent / f for f in files)]
-        timings["write_s"] = time.perf_counter() - t
-    rep["artifact"] = _artifact(dest, "onnx", model, files)
-    if backend is None:
-        rep["artifact"]["precision"] = {"requested": precision, "weights": precision, "compute": precision,
-                                        "inputs_outputs": "as exported (fp16: fp32 at the edges, Casts inside)"
-                                        if precision == "fp16" else "as exported"}
-    del model
-    built_runner = None
-    if backend is not None:
-        from onnxbridge.plugins import BuildContext, BuildResult
-        from onnxbridge.worker import RelayedProgress, call
-
-        context = BuildContext(target=target, sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
-                               dynamic=list(src.dynamic),
-                               input_shapes={s.name: tuple(s.shape) for s in _parse_shapes(input_shapes)},
-                               calibration=load_npz(calibration) if calibration is not None else None,
-                               workdir=scratch, progress=RelayedProgress(steps.enabled))
-        with steps.step(f"Building the {to} model"):
-            t = time.perf_counter()
-            files = [out_path, *_companions(backend, out_path)]
-            there = [_identity(f) for f in files]
-            try:
-                built = call(f"{backend.__name__}:build", (dest, out_path),
-                             {"target": target, "precision": precision, "context": context, **backend_options},
-                             step=f"building the {to} model {out_path.name}", library=_library(to), progress=steps)
-            finally:  # a build that placed its artifact and then failed (or crashed) leaves nothing behind
-                written += [f for f, before in zip(files, there) if _identity(f) != before]
-            if not isinstance(built, BuildResult):
-                raise TypeError(f"backend '{to}': build() returned {type(built).__name__}, not a BuildResult")
-            rep["warnings"] += built.warnings
-            rep["notes"] += built.notes
-            built_runner = built.runner
-            rep["artifact"] = {**rep["artifact"], "path": str(out_path), "format": to,
-                               "bytes": sum(_size(f) for f in files if f.exists()), "backend": built.facts}
-            if built.precision:
-                rep["artifact"]["precision"] = {"requested": precision, **built.precision}
-            timings["backend_s"] = time.perf_counter() - t
-    if validate:
-        with steps.step("Validating against the source framework"):
-            t = time.perf_counter()
-            hop, used, source, onnx_runner = _hop(src, dest, inputs, tol, rep, samples, seed, latency_runs)
-            rep["hops"].append(hop)
-            if before is not None:  # attribute a difference to the exporter or to the opset adapters
-                rep["hops"].append(_onnx_hop(before, onnx_runner, rep["artifact"]["opset"], used, tol, source))
-            if backend is not None:
-                rep["hops"].append(_backend_hop(to, onnx_runner, dest, out_path, used, tol, built_runner, source,
-                                                latency_runs))
-            del onnx_runner
-            timings["validate_s"] = time.perf_counter() - t
-    return load_onnx(dest, load_external_data=True) if out_path is None else None
 
 
 def _release() -> None:
@@ -527,7 +614,7 @@ def _remove(paths: list[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
-def _check_loaded_names(src: "SourceModel", input_names, input_shapes) -> None:
+def _check_loaded_names(src: "SourceModel", input_names, spec: InputSpec) -> None:
     """Every input name the user gave must be one the loaded model has (a frontend that ignored one is caught)."""
     from onnxbridge.specs import check_names
 
@@ -535,7 +622,7 @@ def _check_loaded_names(src: "SourceModel", input_names, input_shapes) -> None:
     if input_names and list(input_names) != names:
         raise BadInputError(f"--input-name {', '.join(input_names)} was not applied: the model's inputs are "
                             f"{', '.join(map(repr, names))}")
-    check_names("--input-shape", [s.name for s in _parse_shapes(input_shapes)], names)
+    check_names("--input-shape", [s.name for s in spec.shapes], names)
 
 
 def _check_exported_names(src: "SourceModel", model: "onnx.ModelProto", output_names, tol) -> None:
@@ -586,12 +673,10 @@ def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs
 def inspect_artifact(path: str | Path, kind: str | None = None) -> dict:
     """What a model file holds (``kind``: its backend, default by suffix). Backend artifacts are read in the
     worker process: their readers (coremltools, TensorRT) are native code."""
-    from onnxbridge.plugins import BACKENDS, for_file, module_of
+    from onnxbridge.plugins import BACKENDS, for_file
+    from onnxbridge.worker import call
 
     kind = kind or for_file(path) or "onnx"
-    if kind == "onnx":
-        return module_of("onnx").inspect(path)
-    from onnxbridge.worker import call
 
     return call(f"{BACKENDS.plugin(kind).module}:inspect", (str(path),), step=f"reading {Path(path).name}",
                 library=_library(kind))
@@ -668,20 +753,20 @@ def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | N
         reports.new_report("check", source=_onnx_source_info(model))
     rep.setdefault("blockers", [])
     rep["blockers"] = [f"onnx@{opset}: {b}" for b in rep["blockers"]]
-    shapes = _parse_shapes(input_shapes)
-    check_names("--input-shape", [s.name for s in shapes], [i["name"] for i in rep["source"]["inputs"]])
-    context = BuildContext(target=target, input_shapes={s.name: tuple(s.shape) for s in shapes})
+    spec = InputSpec.parse(input_shapes)
+    check_names("--input-shape", [s.name for s in spec.shapes], [i["name"] for i in rep["source"]["inputs"]])
+    context = BuildContext(target=target, inputs=spec)
     rep["targets"] = {}
     for target in targets:
         status = BACKENDS.status(target)  # also refuses an unknown name
         found, rewrites = [], []
-        if target != "onnx":  # in the worker: a backend's own checks run its native libraries (onnxruntime-qnn, ...)
-            module = BACKENDS.plugin(target).module
-            found = call(f"{module}:check", (Path(model), context), step=f"checking {Path(model).name} for {target}",
-                         library=_library(target))
-            if hasattr(module_of(target), "rewrites"):
-                rewrites = call(f"{module}:rewrites", (Path(model), context), library=_library(target),
-                                step=f"finding the rewrites {target} needs")
+        # in the worker: a backend's own checks run its native libraries (onnxruntime-qnn, ...)
+        module = BACKENDS.plugin(target).module
+        found = call(f"{module}:check", (Path(model), context), step=f"checking {Path(model).name} for {target}",
+                     library=_library(target))
+        if hasattr(module_of(target), "rewrites"):
+            rewrites = call(f"{module}:rewrites", (Path(model), context), library=_library(target),
+                            step=f"finding the rewrites {target} needs")
         rep["targets"][target] = {"available": status["available"], "reason": status["reason"], "blockers": found,
                                   "hints": [hint(b) for b in found], "rewrites": rewrites}
         rep["blockers"] += [f"{target}: {b}" for b in found]

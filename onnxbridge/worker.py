@@ -9,7 +9,8 @@ paid once.
 
 Runners live in the worker: ``open_runner(RunnerSpec(...))`` calls the spec's factory there and returns a proxy
 whose calls send feeds and get outputs back, with the seconds the run took inside the worker (``last_seconds``),
-so latency figures carry no transfer cost.
+so latency figures carry no transfer cost. Localization probes live there too: ``open_probe(RunnerSpec(...))``
+returns a proxy whose ``tensors(names, feeds)`` runs the object's method of that name there.
 """
 from __future__ import annotations
 
@@ -343,6 +344,59 @@ def open_runner(spec: RunnerSpec, step: str) -> "RemoteRunner | LocalRunner":
     return LocalRunner(spec, step) if in_process() else RemoteRunner(spec, step)
 
 
+class RemoteProbe:
+    """A localization probe (``onnxbridge.localize.probe.Probe``) living in the worker: ``spec``'s factory makes an
+    object there with ``tensors(names, feeds) -> {name: array}``; ``what`` is read from it once, ``runs`` counts
+    the calls here. ``ask(method, *args)`` calls any other method of that object (plain values in and out)."""
+
+    def __init__(self, spec: RunnerSpec, step: str):
+        self.spec, self.step = spec, step
+        self._worker = worker()
+        self.handle, _ = self._worker.request(("open", spec.factory, spec.kwargs), step=step, library=spec.library)
+        self.what = self.ask("describe")
+        self.runs = 0
+
+    def ask(self, method: str, *args: Any) -> Any:
+        if not self._worker.alive:
+            raise NativeCrash(f"{self.step}: the worker holding this probe is gone")
+        return self._worker.request(("method", self.handle, method, args), step=f"{self.step} ({method})",
+                                    library=self.spec.library)
+
+    def tensors(self, names, feeds: Mapping[str, Any]) -> dict:
+        out = self.ask("tensors", list(names), dict(feeds))
+        self.runs += 1
+        return out
+
+    def __del__(self) -> None:
+        try:
+            self._worker.unused.append(self.handle)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class LocalProbe:
+    """``RemoteProbe``'s twin in this process (``ONNXBRIDGE_IN_PROCESS=1``)."""
+
+    def __init__(self, spec: RunnerSpec, step: str):
+        self.spec, self.step = spec, step
+        self.obj = _resolve(spec.factory)(**spec.kwargs)
+        self.what = self.obj.describe()
+        self.runs = 0
+
+    def ask(self, method: str, *args: Any) -> Any:
+        return getattr(self.obj, method)(*args)
+
+    def tensors(self, names, feeds: Mapping[str, Any]) -> dict:
+        out = self.obj.tensors(list(names), dict(feeds))
+        self.runs += 1
+        return out
+
+
+def open_probe(spec: RunnerSpec, step: str) -> "RemoteProbe | LocalProbe":
+    """The probe ``spec`` describes, living in the worker (here with ``ONNXBRIDGE_IN_PROCESS=1``)."""
+    return LocalProbe(spec, step) if in_process() else RemoteProbe(spec, step)
+
+
 def _rebuild_error(value: dict) -> Exception:
     cls = getattr(errors, value["class"], None)
     if isinstance(cls, type) and issubclass(cls, OnnxBridgeError):
@@ -397,6 +451,9 @@ def _serve(fd: int) -> None:
                 seconds = time.perf_counter() - t
                 own = getattr(obj, "last_seconds", seconds) if not fresh else seconds  # None: not a timing
                 answer = (outputs, own, list(getattr(obj, "last_notes", None) or ()))
+            elif kind == "method":  # a probe's (or any held object's) method, by name
+                _, handle, method, args = message
+                answer = getattr(objects[handle], method)(*args)
             elif kind == "chdir":
                 os.chdir(message[1])
                 answer = None

@@ -14,11 +14,9 @@ from tests.conftest import ROOT
 PLUGIN_PACKAGES = ("onnxbridge.frontends", "onnxbridge.backends", "onnxbridge.cli")
 
 
-def _runtime_imports(tree: ast.AST):
-    """Modules imported outside ``if TYPE_CHECKING:`` blocks (those are annotations only, never run)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            node.body = []
+def _imports(tree: ast.AST):
+    """Every module a file imports, annotation-only (``if TYPE_CHECKING:``) imports included: the contracts live in
+    the core, so not even a type refers into a plugin package."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names)
@@ -28,14 +26,14 @@ def _runtime_imports(tree: ast.AST):
 
 def test_the_core_imports_no_plugin_package():
     found = [f"{path.relative_to(ROOT)}: {name}" for path in sorted((ROOT / "onnxbridge").rglob("*.py"))
-             for name in _runtime_imports(ast.parse(path.read_text()))
+             for name in _imports(ast.parse(path.read_text()))
              if name.startswith(PLUGIN_PACKAGES)]
     assert found == []
 
 
 @pytest.mark.parametrize("group, names", [
     ("onnxbridge.frontends", ["torch", "tensorflow", "paddle", "sklearn", "onnx"]),
-    ("onnxbridge.backends", ["onnx", "coreml", "dlc", "tensorrt"]),
+    ("onnxbridge.backends", ["onnx", "coreml", "dlc", "tensorrt", "openvino"]),
 ])
 def test_built_in_plugins_come_from_entry_points(group, names):
     declared = {e.name for e in importlib.metadata.entry_points(group=group) if e.dist.name == "onnxbridge"}
@@ -138,3 +136,66 @@ def test_a_build_must_return_a_build_result(monkeypatch, cli, tmp_path, native_i
     assert res.exit_code == 4 and res.stderr.count("\n") == 1
     assert "TypeError: backend 'crashy': build() returned dict, not a BuildResult" in res.stderr
     assert not (tmp_path / "m.crash").exists()
+
+
+@pytest.mark.parametrize("kind", ["frontend", "backend"])
+def test_every_built_in_plugin_satisfies_its_contract(kind):
+    from onnxbridge.plugins import BACKENDS, FRONTENDS, Backend, Frontend
+
+    registry, contract = (FRONTENDS, Frontend) if kind == "frontend" else (BACKENDS, Backend)
+    for name in registry.names():
+        if registry.status(name)["available"]:
+            module = registry.load(name)
+            assert isinstance(module, contract) and registry.lacking(module) == [], name
+
+
+def test_a_backend_lacking_a_contract_member_is_refused_where_it_is_named(monkeypatch, cli, tmp_path):
+    """A half-written backend (no ``check``) is exit 3 naming what it lacks, before any work."""
+    import sys
+    import types
+
+    from onnxbridge.plugins import BACKENDS
+
+    half = types.ModuleType("half_backend")
+    half.SUFFIXES, half.PRECISIONS = (".half",), ("fp32",)
+    half.build = half.runner = half.inspect = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, "half_backend", half)
+    monkeypatch.setitem(BACKENDS._plugins, "half", Plugin("half", "half_backend"))
+    res = cli("convert", f"{ROOT / 'examples' / 'models.py'}:cnn", "--to", "half", "-o", tmp_path / "m.half")
+    assert res.exit_code == 3 and "does not implement the backend contract: it lacks check" in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_target_is_checked_against_what_the_backend_declares(cli, tmp_path):
+    model = f"{ROOT / 'examples' / 'models.py'}:cnn"
+    res = cli("convert", model, "--to", "openvino", "-o", tmp_path / "m.xml", "--target", "iOS17")
+    assert res.exit_code == 2 and "--target does not apply to --to openvino (it applies to --to coreml)" in res.stderr
+    res = cli("convert", model, "--to", "coreml", "-o", tmp_path / "m.mlpackage", "--target", "iOS9")
+    assert res.exit_code == 2 and "unknown coreml target 'iOS9'; known: iOS15, iOS16, iOS17, iOS18" in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_onnx_output_is_a_backend_whose_artifact_is_the_graph_the_first_hop_ran(tmp_path):
+    """``--to onnx`` goes through the same stages: written once at the output, built (nothing to convert), one
+    hop on that file, each stage timed."""
+    import onnxbridge
+    from onnxbridge.plugins import BACKENDS
+
+    res = onnxbridge.convert(f"{ROOT / 'examples' / 'models.py'}:cnn", output=tmp_path / "m.onnx")
+    rep = res.report
+    assert [h["to"] for h in rep["hops"]] == ["onnx"] and rep["status"] == "passed"
+    assert rep["artifact"]["path"] == str(tmp_path / "m.onnx") and "backend" not in rep["artifact"]
+    assert set(rep["timings"]) == {"load_s", "export_s", "build_s", "write_s", "backend_s", "validate_s", "total_s"}
+    assert BACKENDS.load("onnx").ONNX_ARTIFACT and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+def test_input_shapes_and_dynamic_are_parsed_once_into_the_build_context():
+    from onnxbridge.plugins import BuildContext
+    from onnxbridge.specs import DynamicAxis, InputSpec, TensorSpec
+
+    spec = InputSpec.parse(["x:1,3,8,8", TensorSpec("y", (2,), None)], ["x:0:batch:1..4"])
+    assert spec.fixed() == {"x": (1, 3, 8, 8), "y": (2,)}
+    assert spec.dynamic == (DynamicAxis("x", 0, "batch", 1, 4),)
+    assert InputSpec.parse(spec.shapes, list(spec.dynamic)) == spec  # parsed values pass through unchanged
+    context = BuildContext(inputs=spec)
+    assert context.input_shapes == spec.fixed() and context.dynamic == list(spec.dynamic)

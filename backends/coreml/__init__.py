@@ -16,19 +16,22 @@ SUFFIXES = (".mlpackage",)
 # what ``--precision`` really applies (package.APPLIED): fp32 and fp16 compute with weights of that type; int8 stores
 # weights as int8 (per output channel, symmetric; dequantized at load by constexpr ops, so iOS16+) and computes in fp16
 PRECISIONS = ("fp32", "fp16", "int8")
+TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")  # MIL opset versions; builds default to iOS16
+MAX_OPSET = None
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           allow_approx=()):
     from onnxbridge.backends.coreml.package import build as build_package
     from onnxbridge.legalize.approx import approximated_file
-    from onnxbridge.plugins import BuildResult
+    from onnxbridge.plugins import BuildContext, BuildResult
 
+    context = context or BuildContext()
     with approximated_file(onnx_path, allow_approx) as (path, notes):
         facts = build_package(path, output, target=target or "iOS16", precision=precision,
-                              dynamic=getattr(context, "dynamic", None) or (),
-                              sample_shapes=getattr(context, "sample_shapes", None) or {},
-                              input_shapes=getattr(context, "input_shapes", None) or {})
+                              dynamic=context.dynamic or (),
+                              sample_shapes=context.sample_shapes or {},
+                              input_shapes=context.input_shapes or {})
     return BuildResult.from_facts({**facts, "notes": notes + facts.get("notes", [])})
 
 
@@ -39,9 +42,11 @@ def check(onnx_path: Path, context=None) -> list[str]:
     from onnxbridge.backends.coreml.onnx_file import read_onnx
     from onnxbridge.backends.coreml.package import check as check_model
     from onnxbridge.backends.coreml.package import legalize
+    from onnxbridge.plugins import BuildContext
 
-    target = getattr(context, "target", None) or "iOS16"
-    input_shapes = getattr(context, "input_shapes", None) or {}
+    context = context or BuildContext()
+    target = context.target or "iOS16"
+    input_shapes = context.input_shapes or {}
     model, _ = legalize(read_onnx(Path(onnx_path)), input_shapes)
     return check_model(model, target, input_shapes=input_shapes)
 
@@ -95,5 +100,12 @@ def rewrites(onnx_path: Path, context=None) -> list[str]:
     """The Core ML legalization rules a build would apply, as ``"RULE (node NAME)"``."""
     from onnxbridge.backends.coreml.onnx_file import read_onnx
     from onnxbridge.backends.coreml.package import legalize
+    from onnxbridge.plugins import BuildContext
 
-    return legalize(read_onnx(Path(onnx_path)), getattr(context, "input_shapes", None) or {})[1]
+    context = context or BuildContext()
+    return legalize(read_onnx(Path(onnx_path)), context.input_shapes or {})[1]
+
+
+# the hop's candidate side for localization (``probe(artifact, onnx_path, checkpoints) -> Sides``). Imported here, not
+# in a function: importing the submodule ``probe`` later would replace a function of that name on this package
+from onnxbridge.backends.coreml.probe import probe  # noqa: E402

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 OPS: OpTable[str] = OpTable("Core ML lowering of ONNX op")
 op = OPS.register  # @op("Name", ...): the lowering of those ONNX ops
-TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")
+from onnxbridge.backends.coreml import TARGETS  # noqa: E402 - declared with the plugin, light
 INT32 = np.iinfo(np.int32)
 FP16_MAX = 65504.0
 # bounds on what a lowering builds from a model's sizes, so a crafted size cannot make it run or allocate for ever

@@ -1,6 +1,8 @@
 """Core ML lowerings: recurrent ops (LSTM, GRU, RNN), unrolled over a static sequence."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from onnxbridge.backends.coreml.lower import Ctx, MAX_UNROLL, narrow, np_dtype, op

@@ -28,6 +28,8 @@ PRECISIONS = ("fp32", "fp16", "int8")
 # the hop's name (its ``to``): what runs is the prepared ONNX on the HTP simulator, never the .dlc; runners carry it
 # as ``hop_name``, and a hop that ends before a runner exists (skipped, or failed by the structure check) can use it
 HOP_NAME = "qnn-htp-simulator"
+TARGETS = ()  # a DLC is built for QNN/SNPE runtimes in general
+MAX_OPSET = 22  # onnxruntime-qnn's ceiling: the build adapts down to it
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
@@ -46,17 +48,21 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
 def check(onnx_path: Path, context=None) -> list[str]:
     """Every blocker on the way to a DLC, without writing one: dynamic dims, opset, ops, QNN partitions."""
     from onnxbridge.backends.dlc.checks import blockers
+    from onnxbridge.plugins import BuildContext
 
-    return blockers(Path(onnx_path), dict(getattr(context, "input_shapes", None) or {}))
+    context = context or BuildContext()
+    return blockers(Path(onnx_path), dict(context.input_shapes or {}))
 
 
 def rewrites(onnx_path: Path, context=None) -> list[str]:
     """The QNN legalization rules a build would apply (at the given input shapes), as ``"RULE (node NAME)"``."""
     from onnxbridge.backends.dlc.prepare import _fix_shapes, legalize
     from onnxbridge.fileio import load_onnx
+    from onnxbridge.plugins import BuildContext
 
+    context = context or BuildContext()
     model = load_onnx(onnx_path)
-    _fix_shapes(model, {k: list(v) for k, v in (getattr(context, "input_shapes", None) or {}).items()})
+    _fix_shapes(model, {k: list(v) for k, v in (context.input_shapes or {}).items()})
     return legalize(model)[1]
 
 
@@ -73,3 +79,8 @@ def inspect(path: str | Path) -> dict:
     from onnxbridge.backends.dlc.container import read, summary
 
     return summary(read(path))
+
+
+# the hop's candidate side for localization (``probe(artifact, onnx_path, checkpoints) -> Sides``). Imported here, not
+# in a function: importing the submodule ``probe`` later would replace a function of that name on this package
+from onnxbridge.backends.dlc.probe import probe  # noqa: E402

@@ -140,8 +140,11 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
 
     The runner is a ``RunnerSpec`` (made in the worker by ``htp_runner``) or a ``HopSkipped``; the model it runs
     stays in a folder under ``context.workdir`` (the run's scratch folder, removed when the run ends)."""
+    from onnxbridge.plugins import BuildContext
+
+    context = context or BuildContext()
     output = Path(output)
-    calibration = getattr(context, "calibration", None)
+    calibration = context.calibration
     if target is not None:
         raise BadInputError("--target does not apply to --to dlc (a DLC is built for QNN/SNPE runtimes in general)")
     if precision not in PRECISIONS:
@@ -156,7 +159,7 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
         from onnxbridge.backends.dlc import qnn
 
         qnn.qnn_module()
-    workdir = getattr(context, "workdir", None)
+    workdir = context.workdir
     folder = Path(tempfile.mkdtemp(prefix="dlc-", dir=workdir))
     if workdir is None:  # called without the spine: nothing else removes it
         atexit.register(shutil.rmtree, folder, True)
@@ -345,9 +348,11 @@ def _static_shapes(onnx_path: Path, context) -> tuple[dict[str, list[int]], list
     (whose names are the second item); inputs with static dims are left to the model."""
     from onnxbridge.backends.dlc.prepare import graph_inputs, input_dims
     from onnxbridge.fileio import load_onnx
+    from onnxbridge.plugins import BuildContext
 
-    shapes = {k: list(v) for k, v in (getattr(context, "input_shapes", None) or {}).items()}
-    sample = getattr(context, "sample_shapes", None) or {}
+    context = context or BuildContext()
+    shapes = {k: list(v) for k, v in (context.input_shapes or {}).items()}
+    sample = context.sample_shapes or {}
     dynamic = [i.name for i in graph_inputs(load_onnx(onnx_path))
                if any(not isinstance(d, int) or d <= 0 for d in input_dims(i))]
     from_sample = [n for n in dynamic if n not in shapes and n in sample]

@@ -19,6 +19,8 @@ PLUGIN = Plugin("openvino", "onnxbridge.backends.openvino", requires=("openvino"
 
 NAME = "openvino"
 SUFFIXES = (".xml",)
+TARGETS = ()  # an IR is compiled for a device when loaded
+MAX_OPSET = None
 PRECISIONS = ("fp32", "fp16", "int8")  # int8: NNCF post-training quantization on the calibration batches
 
 
@@ -26,10 +28,11 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
           context=None):
     """Write ``output`` (.xml) and its weights (.bin beside it) atomically; the report's backend facts."""
     from onnxbridge.backends.openvino.convert import build as build_ir
-    from onnxbridge.plugins import BuildResult
+    from onnxbridge.plugins import BuildContext, BuildResult
 
+    context = context or BuildContext()
     return BuildResult.from_facts(build_ir(Path(onnx_path), Path(output), target=target, precision=precision,
-                                           calibration=getattr(context, "calibration", None)))
+                                           calibration=context.calibration))
 
 
 def companions(output: Path) -> list[Path]:
@@ -56,3 +59,8 @@ def inspect(path: str | Path) -> dict:
     from onnxbridge.backends.openvino.ir import inspect as inspect_ir
 
     return inspect_ir(Path(path))
+
+
+# the hop's candidate side for localization (``probe(artifact, onnx_path, checkpoints) -> Sides``). Imported here, not
+# in a function: importing the submodule ``probe`` later would replace a function of that name on this package
+from onnxbridge.backends.openvino.probe import probe  # noqa: E402

@@ -29,6 +29,8 @@ PLUGIN = Plugin("tensorrt", "onnxbridge.backends.tensorrt", any_of=("tensorrt-rt
 NAME = "tensorrt"
 SUFFIXES = (".engine", ".plan")
 PRECISIONS = ("fp32", "fp16", "int8")
+TARGETS = ()  # an engine is built for the GPU it runs on
+MAX_OPSET = None  # the flavour's parser ceiling; the preflight adapts down to it
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
@@ -39,13 +41,14 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     from onnxbridge.backends.tensorrt.profiles import parse_shapes
     from onnxbridge.errors import BadInputError
     from onnxbridge.fileio import workdir
-    from onnxbridge.plugins import BuildResult
+    from onnxbridge.plugins import BuildContext, BuildResult
 
+    context = context or BuildContext()
     if target is not None:
         raise BadInputError("--target does not apply to --to tensorrt (an engine is built for the GPU it runs on)")
     if precision not in ("fp32", "fp16", "int8"):
         raise BadInputError(f"--precision {precision} is not fp32, fp16 or int8")
-    calibration = getattr(context, "calibration", None)
+    calibration = context.calibration
     if precision == "int8" and not calibration:
         raise BadInputError("--precision int8 for TensorRT needs --calibration DATA (.npz or a folder of .npy, one "
                             "array per input): int8 scales come from calibration batches")
@@ -81,3 +84,8 @@ def inspect(path: str | Path) -> dict:
     from onnxbridge.backends.tensorrt.artifact import inspect as inspect_engine
 
     return inspect_engine(path)
+
+
+# the hop's candidate side for localization (``probe(artifact, onnx_path, checkpoints) -> Sides``). Imported here, not
+# in a function: importing the submodule ``probe`` later would replace a function of that name on this package
+from onnxbridge.backends.tensorrt.probe import probe  # noqa: E402

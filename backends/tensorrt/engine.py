@@ -198,7 +198,10 @@ def _save_cache(config, path: str, warnings: list[str]) -> bool:
 
 def _monitor(flavour: "Flavour", context):
     """A progress monitor printing the builder's top-level phases when progress is on (builds take minutes)."""
-    progress = getattr(context, "progress", None)
+    from onnxbridge.plugins import BuildContext
+
+    context = context or BuildContext()
+    progress = context.progress
     if progress is None or not getattr(progress, "enabled", False) or not flavour.features["progress_monitor"]:
         return None
     trt = flavour.trt

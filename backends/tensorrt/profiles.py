@@ -49,15 +49,18 @@ def plan(inputs: Sequence[tuple[str, Shape]], given: dict[str, tuple[Shape, Shap
     Inputs without dynamic axes get no profile unless ``--shapes`` names them. BadInputError when ``--shapes``
     names an unknown input, disagrees with a fixed dimension, or a dynamic input has no size to start from.
     """
+    from onnxbridge.plugins import BuildContext
+
+    context = context or BuildContext()
     names = [n for n, _ in inputs]
     unknown = [n for n in given if n not in names]
     if unknown:
         raise BadInputError(f"--shapes names unknown input(s) {', '.join(map(repr, unknown))}; "
                             f"the model has {', '.join(map(repr, names))}")
-    sample = dict(getattr(context, "sample_shapes", None) or {})
-    sample.update(getattr(context, "input_shapes", None) or {})
+    sample = dict(context.sample_shapes or {})
+    sample.update(context.input_shapes or {})
     ranges = {}
-    for d in getattr(context, "dynamic", None) or []:
+    for d in context.dynamic or []:
         ranges[(d.name, d.axis)] = (d.min, d.max)
     out = {}
     for name, dims in inputs:

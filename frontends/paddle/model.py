@@ -8,16 +8,21 @@ import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnxbridge.errors import BadInputError, ExportError, NativeCrash, UnsupportedError
-from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.frontends.paddle.convert import MAX_OPSET, paddle2onnx_opset, paddle_message
 from onnxbridge.frontends.paddle.files import inference_files
 from onnxbridge.frontends.paddle.unsafe_ops import check_program
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, apply_overrides, as_arrays, random_sample
+
+if TYPE_CHECKING:
+    import onnx
+
+    from onnxbridge.localize.probe import Sides
 
 
 def import_paddle():
@@ -224,6 +229,13 @@ class PaddleModel(SourceModel):
         if program is None:
             raise ExportError("paddle.jit.save wrote no program file")
         return program, folder / "model.pdiparams"
+
+    def probe(self, model: "onnx.ModelProto") -> "Sides | None":
+        """Paddle op results matched to ``model``'s tensors through paddle2onnx's names
+        (``frontends/paddle/probe.py``); None for an old-IR program."""
+        from onnxbridge.frontends.paddle.probe import paddle_sides
+
+        return paddle_sides(self, model)
 
     # reference -------------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -4,16 +4,21 @@ from __future__ import annotations
 import contextlib
 import inspect
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import torch
 
 from onnxbridge.errors import BadInputError, ExportError, OnnxBridgeError, first_line
-from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.frontends.pytorch import archives, unsafe_ops
 from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array
+
+if TYPE_CHECKING:
+    import onnx
+
+    from onnxbridge.localize.probe import Sides
 
 TORCH_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
 
@@ -188,6 +193,12 @@ class TorchModel(SourceModel):
 
     def _with_feeds(self, feeds: Mapping[str, np.ndarray]) -> tuple[tuple, dict]:
         return self.bind({n: to_torch(v) for n, v in feeds.items()})
+
+    def probe(self, model: "onnx.ModelProto") -> "Sides | None":
+        """Module outputs (forward hooks) matched to ``model``'s tensors: see ``frontends/pytorch/probe.py``."""
+        from onnxbridge.frontends.pytorch.probe import torch_sides
+
+        return torch_sides(self, model)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """A fresh forward on ``feeds`` (never a cached answer: validation times these calls)."""

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from onnxbridge.errors import BadInputError, ExportError, UnsupportedError, first_line
-from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.quiet import quiet
 from onnxbridge.frontends.sklearn import boosters, files, fixes, inputs, opsets
 from onnxbridge.specs import DynamicAxis, TensorSpec

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_dynamic, nchw_spec, sample_for, to_nhwc
 from onnxbridge.frontends.tensorflow.sources import TFFunction
 from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
@@ -14,6 +14,11 @@ from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
 from onnxbridge.errors import BadInputError, ExportError
 from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
+
+if TYPE_CHECKING:
+    import onnx
+
+    from onnxbridge.localize.probe import Sides
 
 MIN_OPSET, MAX_OPSET = 13, 18  # what tf2onnx 1.17 emits well; the builder adapts to anything else
 
@@ -92,6 +97,13 @@ class TFModel(SourceModel):
         if output_names:
             self.output_names = list(output_names)
         return Exported(proto, None, f"tf2onnx {tf2onnx.__version__}", notes, warnings)
+
+    def probe(self, model: "onnx.ModelProto") -> "Sides | None":
+        """Keras layer outputs matched to ``model``'s tensors (``frontends/tensorflow/probe.py``); None for a
+        SavedModel, TFLite file or tf.function, which record no layers."""
+        from onnxbridge.frontends.tensorflow.probe import keras_sides
+
+        return keras_sides(self, model)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         tf = import_tf()

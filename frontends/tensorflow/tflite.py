@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnxbridge.frontends.base import Exported, SourceModel
+from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.frontends.tensorflow.model import order_outputs, tf2onnx_opset
 from onnxbridge.frontends.tensorflow.signatures import (
     check_nchw,

@@ -1,5 +1,6 @@
-"""A self-contained HTML page: status, a diagram of the hops, and per output its metrics and a histogram of
-absolute errors (inline SVG: no scripts, no network)."""
+"""A self-contained HTML page: status, a diagram of the hops, per output its metrics and a histogram of absolute
+errors, and per failed hop a plot of the error along the graph with the first divergent node marked (inline SVG:
+no scripts, no network)."""
 from __future__ import annotations
 
 import math
@@ -7,8 +8,10 @@ from html import escape
 
 from onnxbridge.compare import HISTOGRAM_EDGES
 from onnxbridge.renderers import chains, verdict
+from onnxbridge.report import localization_summary, trace_window
 
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "skipped": "#757575", "blocked": "#c62828"}
+FLOOR = -12  # the plot's lowest decade: equal tensors (max abs 0) sit there
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
 h1 span{color:#fff;border-radius:4px;padding:2px 10px;font-size:70%}table{border-collapse:collapse;margin:.5em 0}
 td,th{border:1px solid #ddd;padding:3px 8px;font-size:90%}th{background:#f4f4f4}.fail{color:#c62828}
@@ -46,6 +49,115 @@ def histogram_svg(out: dict) -> str:
     parts.append(f'<text x="0" y="{h + 32}" font-size="10">|converted − reference| per element '
                  f'(log count)</text></svg>')
     return "".join(parts)
+
+
+def _log_error(entry: dict) -> float | None:
+    """log10 of a traced tensor's max abs error (floored at 1e``FLOOR``; inf above everything); None when unknown."""
+    value = entry.get("max_abs")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return math.inf if value == math.inf else math.log10(max(float(value), 10.0 ** FLOOR))
+
+
+def _num(value, spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _short(text: str, chars: int = 60) -> str:
+    text = str(text)
+    return text if len(text) <= chars else text[:chars - 1] + "…"
+
+
+def localization_svg(hop: dict) -> str:
+    """log10 max abs error per traced tensor in topological order, red where out of tolerance; a dashed line and a
+    label mark the first divergent node. Every name is escaped (names come from the user's model)."""
+    loc = hop.get("localization") or {}
+    trace = list(loc.get("trace") or ())
+    logs = [_log_error(t) for t in trace]
+    known = [v for v in logs if v is not None and math.isfinite(v)]
+    if not trace or not any(v is not None for v in logs):
+        return ""
+    lo = math.floor(min(known, default=0.0))
+    hi = max(math.ceil(max(known, default=0.0)), lo + 1)
+    left, top, ph = 56, 28, 170  # margins and plot height
+    pw = min(max(len(trace) * 14, 440), 940)
+    step = pw / max(len(trace) - 1, 1)
+
+    def y_of(v: float) -> float:
+        return top + (1 - (min(v, hi) - lo) / (hi - lo)) * ph
+
+    first = loc.get("first_divergent")
+    _, culprit = trace_window(loc)
+    culprit = culprit if first else None
+    parts = [(f'<svg class="localization" xmlns="http://www.w3.org/2000/svg" width="{left + pw + 20}" '
+              f'height="{top + ph + 46}" role="img" aria-label="error per traced tensor of '
+              f'{escape(hop["from"])} → {escape(hop["to"])}">')]
+    every = max(1, math.ceil((hi - lo) / 8))
+    for d in range(lo, hi + 1, every):  # decade grid lines and labels
+        y = y_of(d)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#e0e0e0"/>'
+                     f'<text x="{left - 4}" y="{y + 3:.1f}" font-size="9" text-anchor="end">'
+                     f'{"≤" if d == FLOOR else ""}1e{d}</text>')
+    points = [(left + i * step, y_of(v)) for i, v in enumerate(logs) if v is not None]
+    parts.append('<polyline fill="none" stroke="#90a4ae" stroke-width="1" points="'
+                 + " ".join(f"{x:.1f},{y:.1f}" for x, y in points) + '"/>')
+    for i, (t, v) in enumerate(zip(trace, logs)):
+        if v is None:
+            continue
+        x, y = left + i * step, y_of(v)
+        colour = COLOURS["passed"] if t.get("passed") else COLOURS["failed"]
+        tip = (f"#{t.get('index', i)} {t.get('node')} → {t.get('output')}: max abs {_num(t.get('max_abs'))}, "
+               f"max rel {_num(t.get('max_rel'))}, cosine {_num(t.get('cosine'), '.6f')}"
+               + (f"; {t['error']}" if t.get("error") else ""))
+        parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{5 if i == culprit else 3}" fill="{colour}"'
+                     + (' stroke="#000" stroke-width="1.5"' if i == culprit else "")
+                     + f"><title>{escape(tip)}</title></circle>")
+    if culprit is not None:
+        x = left + culprit * step
+        label = f"first divergent: {_short(first['node'])}" + (f" ({_short(first['source'], 40)})"
+                                                                if first.get("source") else "")
+        room = len(label) * 6.2  # roughly, at font-size 11
+        anchor = "start" if x + 4 + room <= left + pw + 20 else "end" if x - 4 - room >= 0 else "middle"
+        x_text = {"start": x + 4, "end": x - 4, "middle": (left + pw) / 2}[anchor]
+        parts.append(f'<line class="culprit" x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{top + ph}" '
+                     f'stroke="{COLOURS["failed"]}" stroke-dasharray="4"/>'
+                     f'<text class="culprit" x="{x_text:.1f}" y="{top - 10}" '
+                     f'font-size="11" fill="{COLOURS["failed"]}" text-anchor="{anchor}">{escape(label)}</text>')
+    of = f" of {loc['checkpoints']} checkpoints" if loc.get("checkpoints") else ""
+    parts.append(f'<text x="{left}" y="{top + ph + 18}" font-size="10">traced tensors in topological order '
+                 f'({len(trace)}{of}); red: out of tolerance</text>'
+                 f'<text x="12" y="{top + ph / 2:.1f}" font-size="10" text-anchor="middle" '
+                 f'transform="rotate(-90 12 {top + ph / 2:.1f})">max abs error (log)</text></svg>')
+    return "".join(parts)
+
+
+def localization_html(hop: dict) -> str:
+    """A failed hop's localization: the line naming the first divergent node, the plot, the trace around it."""
+    where = localization_summary(hop)
+    if hop["status"] != "failed" or not where:
+        return ""
+    loc = hop["localization"]
+    cls = ' class="fail"' if loc.get("first_divergent") else ""
+    timing = f", {loc['seconds']:.3g} s" if loc.get("seconds") is not None else ""
+    html = [f'<div class="localization"><p{cls}><b>{escape(where)}</b></p>',
+            f'<p>localization: {escape(str(loc.get("method") or ""))}{escape(timing)}</p>', localization_svg(hop)]
+    rows, culprit = trace_window(loc)
+    if rows:
+        html.append("<table><tr><th>#</th><th>node</th><th>output</th><th>max abs</th><th>max rel</th>"
+                    "<th>cosine</th><th></th></tr>")
+        for at, t in rows:
+            mark = "ok" if t.get("passed") else '<b class="fail">FAIL</b>'
+            if at == culprit and loc.get("first_divergent"):
+                mark += ' <b class="fail">← first divergent</b>'
+            if t.get("error"):
+                mark += f" {escape(str(t['error']))}"
+            html.append(f"<tr><td>{t.get('index', at)}</td><td><code>{escape(str(t.get('node')))}</code></td>"
+                        f"<td><code>{escape(str(t.get('output')))}</code></td>"
+                        + "".join(f"<td>{_num(t.get(k), spec)}</td>"
+                                  for k, spec in (("max_abs", ".3g"), ("max_rel", ".3g"), ("cosine", ".6f")))
+                        + f"<td>{mark}</td></tr>")
+        html.append("</table>")
+    return "".join(html) + "</div>"
 
 
 def hop_diagram_svg(report: dict) -> str:
@@ -122,6 +234,7 @@ def render(report: dict) -> str:
                     f'<p>{hop["samples"]} sample(s); {escape(tol["precision"])} tolerance atol {tol["atol"]:g}, '
                     f'rtol {tol["rtol"]:g}{"; " + escape(tol["reason"]) if tol.get("reason") else ""}</p>')
         body += [f'<p class="fail">error: {escape(e)}</p>' for e in hop["errors"]]
+        body.append(localization_html(hop))
         body.append(_ran(hop))
         drift = hop.get("vs_source")
         if drift:

@@ -1,13 +1,47 @@
-"""A Markdown summary for CI comments: status, the chain of hops, one table row per output."""
+"""A Markdown summary for CI comments: status, the chain of hops, one table row per output, and per failed hop
+its first divergent node with the trace around it."""
 from __future__ import annotations
 
 from onnxbridge.renderers import chains, output_rows
+from onnxbridge.report import localization_summary, trace_window
 
 MARK = {"passed": "✅", "failed": "❌", "skipped": "⏭️", "blocked": "⛔"}
 
 
 def _cell(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _code(name) -> str:
+    """A name from the user's model as a code span that cannot break a table (pipes) or the span (backticks)."""
+    text = str(name).replace("`", "'").replace("|", "\\|").replace("\n", " ")
+    return f"`{text}`"
+
+
+def localization_lines(hop: dict) -> list[str]:
+    """A failed hop's localization: one line naming the first divergent node, and the trace around it (``#``: the
+    tensor's position among the hop's checkpoints where the engine gives it)."""
+    where = localization_summary(hop, quote=_code)
+    if hop["status"] != "failed" or not where:
+        return []
+    loc = hop["localization"]
+    lines = [f"- 🔎 {hop['from']} → {hop['to']}: {where} ({loc.get('method') or ''})"]
+    rows, culprit = trace_window(loc)
+    if not rows:
+        return lines
+    lines += ["", "| # | node | output | max abs | max rel | cosine | |", "|---:|---|---|---:|---:|---:|---|"]
+    for at, t in rows:
+        mark = "✅" if t.get("passed") else "❌"
+        if at == culprit and loc.get("first_divergent"):
+            mark += " **← first divergent**"
+        if t.get("error"):  # not comparable, or NaN/inf on one side, in words
+            mark += " " + str(t["error"]).replace("|", "\\|").replace("<", "&lt;")
+        lines.append("| " + " | ".join([
+            str(t.get("index", at)), _code(t.get("node")), _code(t.get("output")),
+            "-" if t.get("max_abs") is None else _cell(float(t["max_abs"])),
+            "-" if t.get("max_rel") is None else _cell(float(t["max_rel"])),
+            "-" if t.get("cosine") is None else f"{t['cosine']:.6f}", mark]) + " |")
+    return lines + [""]
 
 
 def render(report: dict) -> str:
@@ -47,6 +81,7 @@ def render(report: dict) -> str:
             if drift and not drift["passed"]:
                 worst = max((o.get("max_abs", 0.0) for o in drift["outputs"]), default=0.0)
                 lines.append(f"- {hop['to']} against the source: outside tolerance (max abs {worst:.3g})")
+            lines += localization_lines(hop)
     if report.get("blockers"):
         lines += ["", "**Blockers:**", *(f"- {b}" for b in report["blockers"])]
     if report["notes"]:

@@ -654,7 +654,7 @@ def test_bad_inputs(cli, tmp_path):
     assert_one_line_error(cli("convert", src, "--to", "coreml", "-o", tmp_path / "b.mlpackage"), 2,
                           "input 'x' is empty")
     assert_one_line_error(cli("convert", FACTORY, "--to", "coreml", "-o", tmp_path / "c.mlpackage", "--target", "iOS9"),
-                          2, "unknown Core ML target")
+                          2, "unknown coreml target")
     assert_one_line_error(cli("convert", FACTORY, "--to", "coreml", "-o", tmp_path / "d.onnx"), 2, ".mlpackage")
     assert_one_line_error(cli("convert", FACTORY, "-o", tmp_path / "e.onnx", "--target", "iOS17"), 2, "--target")
     assert not any(p.suffix == ".mlpackage" for p in tmp_path.iterdir())

@@ -300,7 +300,9 @@ x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(image)
 x = keras.layers.BatchNormalization()(x)
 x = keras.layers.GlobalAveragePooling2D()(x)
 model = keras.Model(image, keras.layers.Dense(5, activation="softmax", name="probs")(x))
-onnxbridge.convert(model, to="openvino", output=sys.argv[1], report=sys.argv[2])
+for precision in ("fp32", "fp16"):
+    onnxbridge.convert(model, to="openvino", output=f"{sys.argv[1]}/{precision}.xml", precision=precision,
+                       report=f"{sys.argv[1]}/{precision}.json")
 """,
     "paddle": """
 import os, sys
@@ -315,15 +317,18 @@ class Net(paddle.nn.Layer):
     def forward(self, image):
         y = paddle.nn.functional.relu(self.bn(self.conv(image)))
         return paddle.nn.functional.softmax(self.fc(y.mean(axis=[2, 3])))
-onnxbridge.convert(Net(), [paddle.static.InputSpec([None, 3, 16, 16], "float32", "image")], to="openvino",
-                   output=sys.argv[1], report=sys.argv[2])
+for precision in ("fp32", "fp16"):
+    onnxbridge.convert(Net(), [paddle.static.InputSpec([None, 3, 16, 16], "float32", "image")], to="openvino",
+                       output=f"{sys.argv[1]}/{precision}.xml", precision=precision,
+                       report=f"{sys.argv[1]}/{precision}.json")
 """,
 }
 
 
 @pytest.mark.parametrize("framework, module", [("tensorflow", "keras"), ("paddle", "paddle")])
 def test_keras_and_paddle_models_to_openvino(tmp_path, framework, module):
-    """A Keras CNN and a Paddle layer (dynamic batch) through ONNX to an IR that passes on OpenVINO's CPU plugin."""
+    """A Keras CNN and a Paddle layer (dynamic batch) through ONNX to IRs (fp32 and fp16 weights) that pass on
+    OpenVINO's CPU plugin."""
     import importlib.util
     import subprocess
     import sys
@@ -332,15 +337,18 @@ def test_keras_and_paddle_models_to_openvino(tmp_path, framework, module):
 
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed")
-    out, rep, script = tmp_path / "m.xml", tmp_path / "r.json", tmp_path / f"{framework}_to_openvino.py"
+    script = tmp_path / f"{framework}_to_openvino.py"
     script.write_text(FRAMEWORK_SCRIPTS[framework])
-    proc = subprocess.run([sys.executable, str(script), str(out), str(rep)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = check_report(rep)
-    assert report["source"]["framework"].startswith(framework) and report["hops"][0]["status"] == "passed"
-    assert _backend(report)["inputs"][0]["shape"][0] is None  # both exporters keep the batch dynamic
-    _assert_passed_on_openvino(report)
+    for precision in ("fp32", "fp16"):
+        report = check_report(tmp_path / f"{precision}.json")
+        assert report["source"]["framework"].startswith(framework) and report["hops"][0]["status"] == "passed"
+        assert _backend(report)["inputs"][0]["shape"][0] is None  # both exporters keep the batch dynamic
+        assert _hop(report)["tolerance"]["precision"] == precision
+        _assert_passed_on_openvino(report)
+    assert _backend(report)["compress_to_fp16"]
 
 
 def test_a_run_that_fails_after_the_build_leaves_neither_file(tmp_path, models, monkeypatch, native_in_process):

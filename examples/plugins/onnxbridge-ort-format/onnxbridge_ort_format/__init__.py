@@ -17,6 +17,8 @@ PLUGIN = Plugin("ort", "onnxbridge_ort_format", requires=("onnxruntime",),
 NAME = "ort"
 SUFFIXES = (".ort",)
 PRECISIONS = ("fp32",)
+TARGETS = ()
+MAX_OPSET = None
 LEVELS = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 

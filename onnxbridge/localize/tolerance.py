@@ -1,0 +1,57 @@
+"""Per-checkpoint tolerances: the hop's (atol, rtol), scaled to each intermediate tensor's magnitude.
+
+A hop's tolerance is set for its outputs, whose values are of order one. Intermediates are not: a pre-activation
+with values in the thousands carries fp32 rounding errors of ~1e-4 on its *small* elements too (they are sums of
+large terms that cancel), which ``rtol`` of the element cannot cover. So at a checkpoint
+
+    atol_t = atol * max(1, RMS of the reference tensor's finite values),  rtol_t = rtol
+
+(RMS, not max-abs, so one outlier does not loosen the whole tensor). Where either side's tensor is stored in fp16
+or bfloat16, the pair is held to at least the fp16 tolerance: that is the precision the tensor had. A hop's
+per-output overrides (``--atol logits:1e-3``) apply to checkpoints that are those outputs. Non-numeric and integer
+tensors compare exactly (``compare``); a shape or dtype-kind mismatch is a divergence.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from onnxbridge.compare import TOLERANCES, compare
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from onnxbridge.validation import Tolerance
+
+LOW_PRECISION = ("float16", "bfloat16")
+
+
+def scale_of(ref: "np.ndarray") -> float:
+    """RMS of the finite values of a float tensor (1.0 for others and for empty tensors)."""
+    import numpy as np
+
+    a = np.asarray(ref)
+    if a.dtype.kind not in "fc" and str(a.dtype) != "bfloat16":
+        return 1.0
+    a = a.astype(np.float64)
+    a = a[np.isfinite(a)]
+    return float(np.sqrt(np.mean(a * a))) if a.size else 1.0
+
+
+def checkpoint_tolerance(tol: "Tolerance", name: str, ref: "np.ndarray", got: "np.ndarray") -> tuple[float, float]:
+    """(atol, rtol) for the checkpoint ``name`` with reference value ``ref`` and candidate value ``got``."""
+    atol, rtol = tol.for_output(name)
+    if str(getattr(ref, "dtype", "")) in LOW_PRECISION or str(getattr(got, "dtype", "")) in LOW_PRECISION:
+        low_a, low_r = TOLERANCES["fp16"]
+        atol, rtol = max(atol, low_a), max(rtol, low_r)
+    return atol * max(1.0, scale_of(ref)), rtol
+
+
+def compare_checkpoint(tol: "Tolerance", name: str, ref: "np.ndarray", got: "np.ndarray") -> dict:
+    """``compare()``'s metrics for one checkpoint on one sample, with the tolerance it was held to."""
+    import numpy as np
+
+    ref, got = np.asarray(ref), np.asarray(got)
+    atol, rtol = checkpoint_tolerance(tol, name, ref, got)
+    metrics = compare(ref, got, atol=atol, rtol=rtol)
+    metrics.pop("error_histogram", None)
+    return {**metrics, "atol": atol, "rtol": rtol}
