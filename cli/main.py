@@ -100,6 +100,15 @@ def report_options(fn):
     return fn
 
 
+def localize_option(default: str):
+    """``--localize [auto|on|off]``: name the first node whose output diverges on failed hops (auto), every hop
+    (on) or none (off); bare ``--localize`` is auto."""
+    return click.option("--localize", type=click.Choice(["auto", "on", "off"]), is_flag=False, flag_value="auto",
+                        default=default, show_default=True, metavar="[auto|on|off]",
+                        help="Find the first diverging node of failed hops (auto), of every hop (on), or not (off); "
+                             "mapped back to the source framework's module/layer where it records one.")
+
+
 def _renderers(junit, markdown, html) -> dict:
     return {fmt: path for fmt, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
 
@@ -172,13 +181,14 @@ def _flag(name: str, by_plugin: dict, selector: str):
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
 @report_options
+@localize_option("off")
 @plugin_options("frontend")
 @plugin_options("backend")
 @click.pass_context
 @handle_errors
 def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
-            validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, seed,
-            external_data, report, trust, **options):
+            validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, localize,
+            seed, external_data, report, trust, **options):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
@@ -195,7 +205,7 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
                          samples=samples, latency_runs=latency_runs, seed=seed, external_data=external_data,
                          report=report,
                          progress=_progress(ctx), target=target, renderers=_renderers(junit, markdown, html),
-                         **_plugin_values(options))
+                         localize=localize, **_plugin_values(options))
     rep = result.report
     console = _console(ctx)
     if console is not None:
@@ -237,18 +247,19 @@ def _finish(ctx, rep: dict, console, fail_on: str = "error") -> None:
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
 @report_options
+@localize_option("auto")
 @plugin_options("frontend")
 @click.pass_context
 @handle_errors
 def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, samples, latency_runs,
-             fail_on, junit, markdown, html, seed, report, trust, **options):
+             fail_on, junit, markdown, html, localize, seed, report, trust, **options):
     """Compare CONVERTED (ONNX) with SOURCE on the same inputs; exit 1 if they differ."""
     from onnxbridge.spine import validate as run_validate
 
     rep = run_validate(source, converted, inputs, from_=from_, input_shapes=list(input_shapes), trust=trust,
                        precision=precision, atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
                        latency_runs=latency_runs, seed=seed, report=report, progress=_progress(ctx),
-                       renderers=_renderers(junit, markdown, html), **_plugin_values(options))
+                       renderers=_renderers(junit, markdown, html), localize=localize, **_plugin_values(options))
     _finish(ctx, rep, _console(ctx), fail_on)
 
 

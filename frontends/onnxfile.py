@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from onnxbridge.errors import BadInputError
 from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec, random_sample
+
+if TYPE_CHECKING:
+    import onnx
+
+    from onnxbridge.localize.probe import Sides
 
 PLUGIN = Plugin("onnx", "onnxbridge.frontends.onnxfile", requires=("onnx", "onnxruntime"), priority=50,
                 description="an existing ONNX model (re-target opset, validate against it)")
@@ -88,3 +93,21 @@ class OnnxModel(SourceModel):
 
     def run(self, feeds: Mapping[str, Any]) -> list:
         return self.session(feeds)
+
+    def probe(self, model: "onnx.ModelProto") -> "Sides":
+        """The source ONNX model run as prefix models, its tensors matched to ``model``'s (by name, else by graph
+        position: ``match_tensors``); ``source`` names the source model's node."""
+        from onnxbridge.localize.onnx_probe import OnnxProbe, made_by, match_tensors, onnx_checkpoints
+        from onnxbridge.localize.probe import Checkpoint, Sides
+
+        source = OnnxProbe(self.path or self.proto)
+        mapping = match_tensors(model, source.model)
+        source.rename = mapping
+        makers = made_by(source.model)
+        every = onnx_checkpoints(model)
+        checkpoints = [Checkpoint(c.tensor, c.node, c.op, c.inputs, makers.get(mapping[c.tensor]))
+                       for c in every if c.tensor in mapping]
+        by_name = sum(1 for c in checkpoints if mapping[c.tensor] == c.tensor)
+        return Sides(source, checkpoints, f"the source ONNX model run as prefix models; {len(checkpoints)} of "
+                     f"{len(every)} tensors matched ({by_name} by name, {len(checkpoints) - by_name} by graph "
+                     "position); source: the source model's node")

@@ -108,7 +108,9 @@ class Backend(Protocol):
     spine applies to the ONNX model itself before ``build``), ``ONNX_ARTIFACT`` (the artifact is the ONNX model the
     spine writes: written at the output, any file name, or returned in memory when there is no output path), ``PRECISION_HINTS`` (precision -> what to do instead, for refusals),
     ``companions(output)`` (files written beside ``output``: removed with it on failure, counted in its size),
-    ``rewrites(onnx_path, context)`` (the legalization a build would apply).
+    ``rewrites(onnx_path, context)`` (the legalization a build would apply), ``probe(artifact, onnx_path,
+    checkpoints) -> onnxbridge.localize.probe.Sides`` (the artifact's intermediates by ONNX tensor name, for
+    localizing a failed hop; raises ``HopSkipped`` where it cannot run here).
     """
 
     SUFFIXES: tuple[str, ...]
@@ -175,7 +177,7 @@ class BuildResult:
                    facts.pop("runner", None))
 
 
-# last: loading the entry points imports the plugins' declaration modules, which may import this one
+# entry points are read on first use: the plugins' declaration modules may import this one
 FRONTEND_GROUP = "onnxbridge.frontends"
 BACKEND_GROUP = "onnxbridge.backends"
 FRONTENDS = Registry.from_entry_points("frontend", FRONTEND_GROUP, contract=Frontend)

@@ -6,6 +6,7 @@ import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Callable
 
 from onnxbridge.errors import BadInputError, UnavailableError
 from onnxbridge.options import Option
@@ -35,30 +36,45 @@ def dist_version(dist: str) -> str | None:
         return None
 
 
+def _entry_point_plugins(group: str) -> list[Plugin]:
+    """The ``Plugin`` each entry point of ``group`` names; one that cannot be loaded becomes a ``broken`` Plugin."""
+    plugins = []
+    for entry in importlib.metadata.entry_points(group=group):
+        try:
+            plugin = entry.load()
+            if not isinstance(plugin, Plugin) or plugin.name != entry.name:
+                raise TypeError(f"{entry.value} is not a Plugin named '{entry.name}'")
+        except Exception as exc:  # a third party's broken plugin must not break the CLI
+            plugin = Plugin(entry.name, entry.value.partition(":")[0], broken=f"{type(exc).__name__}: {exc}")
+        plugins.append(plugin)
+    return plugins
+
+
 class Registry:
     """Plugins by name. Nothing is imported until a plugin is asked for."""
 
-    def __init__(self, kind: str, plugins: list[Plugin], contract: type | None = None):
+    def __init__(self, kind: str, plugins: "list[Plugin] | Callable[[], list[Plugin]]", contract: type | None = None):
         self.kind = kind
         self.contract = contract  # a runtime-checkable Protocol every loaded module must satisfy
-        self._plugins = {p.name: p for p in sorted(plugins, key=lambda p: (p.priority, p.name))}
+        self._found = plugins  # the plugins, or what finds them (entry points: read on first use)
+        self._by_name: dict[str, Plugin] | None = None
         self._loaded: dict[str, ModuleType] = {}
+
+    @property
+    def _plugins(self) -> dict[str, Plugin]:
+        """The plugins by name, in priority order. Entry points are read on first use, not at import, so a plugin's
+        declaration module may import the module that holds the registry."""
+        if self._by_name is None:
+            plugins = self._found() if callable(self._found) else self._found
+            self._by_name = {p.name: p for p in sorted(plugins, key=lambda p: (p.priority, p.name))}
+        return self._by_name
 
     @classmethod
     def from_entry_points(cls, kind: str, group: str, contract: type | None = None) -> "Registry":
         """The plugins installed distributions declare under entry-point ``group``, each entry point naming a
         ``Plugin`` (``pkg.module:PLUGIN``, in a module that imports no framework). One that fails to load is kept as
         ``broken``: listed with the reason, refused when used."""
-        plugins = []
-        for entry in importlib.metadata.entry_points(group=group):
-            try:
-                plugin = entry.load()
-                if not isinstance(plugin, Plugin) or plugin.name != entry.name:
-                    raise TypeError(f"{entry.value} is not a Plugin named '{entry.name}'")
-            except Exception as exc:  # a third party's broken plugin must not break the CLI
-                plugin = Plugin(entry.name, entry.value.partition(":")[0], broken=f"{type(exc).__name__}: {exc}")
-            plugins.append(plugin)
-        return cls(kind, plugins, contract)
+        return cls(kind, lambda: _entry_point_plugins(group), contract)
 
     def names(self) -> list[str]:
         return list(self._plugins)

@@ -102,7 +102,10 @@ def source_kind(hop: dict) -> str:
     for side in (hop.get("to"), hop.get("from")):
         if side in SOURCE_KINDS:
             return SOURCE_KINDS[side]
-    return "converted node" if str(hop.get("from", "")).startswith("onnx") else "source"
+    side = str(hop.get("from", ""))
+    if side == "onnx":  # an ONNX source (validate a.onnx b.onnx): the source model's node
+        return "source node"
+    return "adapted node" if side.startswith("onnx@") else "source"
 
 
 def localization_summary(hop: dict, quote: Callable[[str], str] = str) -> str | None:

@@ -300,7 +300,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
             trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
             latency_runs: int = 0, seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
             progress: bool = False, target: str | None = None, renderers: dict | None = None,
-            **options: Any) -> ConversionResult:
+            localize: bool | str | None = None, **options: Any) -> ConversionResult:
     """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
 
     ``source``: a live model (nn.Module, ExportedProgram, ScriptModule, ModelProto), a file path, or
@@ -314,6 +314,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     ``workspace``, ``calibration``, ``allow_approx``, ``signature``). ``precision="fp16"`` writes an fp16 model
     (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances. ``renderers``: more
     reports to write, format (junit, markdown, html) -> path. No output may name another or an input's file.
+    ``localize``: on a failed hop, find the first node whose output diverges (``hop["localization"]``): True or
+    "auto" for failed hops, "on" for every hop, False/None (default) for none.
     """
     arguments.check({**locals(), **options})
     run = _Conversion.plan(source, sample_inputs, to=to, output=output, opset=opset, dynamic=dynamic,
@@ -321,7 +323,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
                            output_names=output_names, exporter=exporter, from_=from_, trust=trust,
                            precision=precision, atol=atol, rtol=rtol, samples=samples, latency_runs=latency_runs,
                            seed=seed, external_data=external_data, report=report, progress=progress, target=target,
-                           renderers=renderers, options=options)
+                           renderers=renderers, localize=localize, options=options)
     return run.run()
 
 
@@ -357,18 +359,22 @@ class _Conversion:
     frontend_options: dict
     backend_options: dict
     steps: Progress
+    localize: str = "off"
     timings: dict = field(default_factory=dict)
     written: list = field(default_factory=list)  # what is at the output paths: removed if the run ends in an error
 
     @classmethod
     def plan(cls, source: Any, sample_inputs: Any, *, to: str, output, opset, dynamic, validate, inputs,
              input_shapes, input_names, output_names, exporter, from_, trust, precision, atol, rtol, samples,
-             latency_runs, seed, external_data, report, progress, target, renderers, options: dict) -> "_Conversion":
+             latency_runs, seed, external_data, report, progress, target, renderers, localize, options: dict
+             ) -> "_Conversion":
         """Everything refused before any work: unknown backend, foreign options, precision, target, opset, paths."""
+        from onnxbridge.localize.hops import mode_of
         from onnxbridge.plugins import BACKENDS
         from onnxbridge.sources import is_factory
         from onnxbridge.validation import Tolerance
 
+        mode = "auto" if localize is True else mode_of(localize, "off")
         backend = BACKENDS.load(to)
         options = dict(options)
         backend_options = _backend_options(to, options)
@@ -396,7 +402,7 @@ class _Conversion:
         return cls(source, sample_inputs, to, backend, out_path, opset, validate, inputs,
                    InputSpec.parse(input_shapes, dynamic), input_names, output_names, exporter, from_, trust,
                    precision, tol, samples, latency_runs, seed, external_data, report, renderers, target, calibration,
-                   options, backend_options, Progress(progress))
+                   options, backend_options, Progress(progress), mode)
 
     @contextmanager
     def _stage(self, key: str | None, title: str):
@@ -542,6 +548,8 @@ class _Conversion:
     def check(self, src: "SourceModel", reference: Path, before, built) -> None:
         """The hops: source -> ONNX, the adapters' (when they ran), and the backend's (unless its artifact is the
         ONNX model the first hop ran)."""
+        from onnxbridge.localize import hops as localizing
+
         with self._stage("validate", "Validating against the source framework"):
             hop, used, source, onnx_runner = _hop(src, reference, self.inputs, self.tol, self.rep, self.samples,
                                                   self.seed, self.latency_runs)
@@ -553,6 +561,37 @@ class _Conversion:
                 self.rep["hops"].append(_backend_hop(self.to, onnx_runner, reference, self.out_path, used, self.tol,
                                                      built.runner, source, self.latency_runs))
             del onnx_runner
+        if self.localize == "off":
+            return
+        with self._stage("localize", "Localizing"):
+            first, *later = self.rep["hops"]
+            mapped_on = before[0] if before is not None else None
+            localizing.attach(first, self.localize, lambda: localizing.source_to_onnx(
+                src, reference, _used_by(first, used), localizing.tolerance_of(first), mapped_on), self.steps)
+            for h in later:
+                if before is not None and h["from"].startswith("onnx@"):
+                    localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_onnx(
+                        before[0], reference, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
+                else:
+                    localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_backend(
+                        self.to, reference, self.out_path, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
+
+
+def _localize_artifact(src: "SourceModel", kind: str, source: Any, artifact: Path, samples: list[Sample], tol) -> dict:
+    """Source -> a backend artifact: localized where the source is the ONNX model it was built from (its nodes name
+    the artifact's intermediates); from a framework, there is no ONNX graph between them to name nodes by."""
+    from onnxbridge.localize import hops as localizing
+
+    if src.frontend != "onnx" or not isinstance(source, (str, Path)):
+        return {"skipped": f"no ONNX model between the {src.frontend} source and the {kind} artifact to name nodes "
+                           "by: validate the artifact against the ONNX model it was built from", "method": "none"}
+    return localizing.onnx_to_backend(kind, Path(source), artifact, samples, tol)
+
+
+def _used_by(hop: dict, samples: list[Sample]) -> list[Sample]:
+    """The samples a hop compared on (a runner with static shapes takes only some)."""
+    shapes = hop.get("sample_shapes") or []
+    return [s for s in samples if s.shapes() in shapes] or list(samples)
 
 
 def _check_target(to: str, backend, target: str | None) -> None:
@@ -647,8 +686,9 @@ def _check_exported_names(src: "SourceModel", model: "onnx.ModelProto", output_n
 
 
 def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs: Any, tol, rep: dict, count: int,
-                  seed: int, latency_runs: int) -> dict:
-    """Source -> a saved backend artifact, run by the backend's own runner (skipped where it cannot run)."""
+                  seed: int, latency_runs: int) -> tuple[dict, list[Sample]]:
+    """Source -> a saved backend artifact, run by the backend's own runner (skipped where it cannot run); also the
+    samples it used."""
     from onnxbridge.errors import ArtifactMismatch, HopSkipped
     from onnxbridge.validation import failed_hop, skipped_hop
 
@@ -664,10 +704,11 @@ def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs
         samples = _samples(src, inputs, specs, count, seed)
         rep["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
         if isinstance(exc, HopSkipped):
-            return skipped_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line())
-        return failed_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line())
-    return _source_hop(src, _hop_name(kind), candidate, specs, [o["name"] for o in info["outputs"]], inputs, tol,
-                       rep, count, seed, latency_runs)[0]
+            return skipped_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line()), samples
+        return failed_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line()), samples
+    hop, samples, _ = _source_hop(src, _hop_name(kind), candidate, specs, [o["name"] for o in info["outputs"]], inputs,
+                                  tol, rep, count, seed, latency_runs)
+    return hop, samples
 
 
 def inspect_artifact(path: str | Path, kind: str | None = None) -> dict:
@@ -812,7 +853,8 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
              sample_inputs: Any = None, from_: str | None = None, input_shapes: Sequence[str | TensorSpec] = (),
              trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
              latency_runs: int = 0, seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
-             progress: bool = False, renderers: dict | None = None, **options: Any) -> dict:
+             progress: bool = False, renderers: dict | None = None, localize: bool | str | None = "auto",
+             **options: Any) -> dict:
     """Compare a converted model with its source on the same inputs; returns the report.
 
     ``converted``: an ONNX model (path or proto) or a backend's artifact (.mlpackage, .dlc, .engine), run by
@@ -820,10 +862,13 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
     ``inputs``: a .npz path, a directory of .npy files or a name -> array mapping; by default the
     source's sample inputs (or seeded random ones from its input specs). Symbolic axes of the
     converted model are also checked at a second size. ``renderers``: more reports to write, as ``convert``'s.
+    ``localize``: "auto" (default) finds the first diverging node of a failed hop, "on" of every hop, "off" none.
     """
     arguments.check({**locals(), **options}, required=("converted",))
+    from onnxbridge.localize import hops as localizing
     from onnxbridge.validation import Tolerance
 
+    mode = "auto" if localize is True else localizing.mode_of(localize, "auto")
     arguments.check_paths({"the source model": source, "the converted model": converted, "--inputs": inputs},
                           {"--report": report, **_renderer_flags(renderers)})
     t0 = time.perf_counter()
@@ -844,10 +889,15 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
         with steps.step("Validating"):
             if kind in (None, "onnx"):
                 rep["artifact"] = _artifact(path, "onnx")
-                rep["hops"].append(_hop(src, path, inputs, tol, rep, samples, seed, latency_runs)[0])
+                hop, used, _, _ = _hop(src, path, inputs, tol, rep, samples, seed, latency_runs)
+                make = lambda: localizing.source_to_onnx(src, path, _used_by(hop, used),  # noqa: E731
+                                                         localizing.tolerance_of(hop))
             else:
-                rep["hops"].append(_artifact_hop(src, kind, path, source, inputs, tol, rep, samples, seed,
-                                                 latency_runs))
+                hop, used = _artifact_hop(src, kind, path, source, inputs, tol, rep, samples, seed, latency_runs)
+                make = lambda: _localize_artifact(src, kind, source, path, _used_by(hop, used),  # noqa: E731
+                                                  localizing.tolerance_of(hop))
+            rep["hops"].append(hop)
+        localizing.attach(hop, mode, make, steps)
         _release()
     rep["timings"] = {"total_s": round(time.perf_counter() - t0, 4)}
     reports.finish(rep, validated=True)

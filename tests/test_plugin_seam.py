@@ -199,3 +199,15 @@ def test_input_shapes_and_dynamic_are_parsed_once_into_the_build_context():
     assert InputSpec.parse(spec.shapes, list(spec.dynamic)) == spec  # parsed values pass through unchanged
     context = BuildContext(inputs=spec)
     assert context.input_shapes == spec.fixed() and context.dynamic == list(spec.dynamic)
+
+
+def test_importing_a_plugin_module_first_does_not_break_its_registration():
+    """Entry points are read on first use: a declaration module that imports onnxbridge.plugins (as the ONNX
+    frontend does) may be imported before the registry without being listed as broken."""
+    import subprocess
+    import sys
+
+    code = ("import onnxbridge.frontends.onnxfile\nfrom onnxbridge.plugins import FRONTENDS\n"
+            "print(FRONTENDS.plugin('onnx').broken)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "None", out.stderr[-2000:]

@@ -35,9 +35,6 @@ def keras_model_of(source: "TFModel") -> Any:
     import keras
 
     model = getattr(source.fn, "keras", None)
-    if model is None:  # the Keras TFFunction's ``call`` closes over the model
-        cells = getattr(source.fn.call, "__closure__", None) or ()
-        model = next((c.cell_contents for c in cells if isinstance(c.cell_contents, keras.Model)), None)
     return model if isinstance(model, keras.Model) else None
 
 

@@ -26,6 +26,7 @@ class TFFunction:
     kind: str
     description: str
     can_open: bool = True  # whether an axis the specs fix can be made dynamic (``call`` accepts other sizes)
+    keras: Any = None  # the keras.Model behind ``call``, when it is one (localization reads its layers)
 
 
 def resolve(source: Any, *, signature: str | None, trust: bool, sample_inputs: Any,
@@ -107,7 +108,7 @@ def _keras(model, sample_inputs: Any, input_names: Sequence[str] | None) -> TFFu
     paths = [""] if count == 1 else [str(i) for i in range(count)]
     preferred = list(getattr(model, "output_names", None) or [])
     return TFFunction(specs, call, output_names(paths, preferred), "keras.Model",
-                      f"Keras {type(model).__name__} '{model.name}'")
+                      f"Keras {type(model).__name__} '{model.name}'", keras=model)
 
 
 def _keras_inputs(model):

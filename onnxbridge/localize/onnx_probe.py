@@ -333,6 +333,11 @@ class OnnxProbe:
         self._runner, self._key = None, None
 
 
+def made_by(model: "onnx.ModelProto") -> dict[str, str]:
+    """Tensor -> the name of the node that makes it."""
+    return {o: _node_name(n, i) for i, n in enumerate(model.graph.node) for o in n.output if o}
+
+
 def localize_onnx_pair(reference: "str | Path | onnx.ModelProto", candidate: "str | Path | onnx.ModelProto",
                        samples: "Sequence[Sample]", tol: "Tolerance", *, budget_bytes: int = 256 * 2**20) -> dict:
     """The ``localization`` block for an ONNX -> ONNX hop: both models run as prefix models, the candidate's
@@ -342,9 +347,9 @@ def localize_onnx_pair(reference: "str | Path | onnx.ModelProto", candidate: "st
     ref_probe, cand_probe = OnnxProbe(reference), OnnxProbe(candidate)
     mapping = match_tensors(ref_probe.model, cand_probe.model)
     cand_probe.rename = mapping
-    made_by = {o: _node_name(n, i) for i, n in enumerate(cand_probe.model.graph.node) for o in n.output if o}
+    made_by_cand = made_by(cand_probe.model)
     every = onnx_checkpoints(ref_probe.model)
-    checkpoints = [Checkpoint(cp.tensor, cp.node, cp.op, cp.inputs, made_by.get(mapping[cp.tensor]))
+    checkpoints = [Checkpoint(cp.tensor, cp.node, cp.op, cp.inputs, made_by_cand.get(mapping[cp.tensor]))
                    for cp in every if cp.tensor in mapping]
     by_name = sum(1 for cp in checkpoints if mapping[cp.tensor] == cp.tensor)
     method = (f"onnxruntime on prefix models of both graphs; {len(checkpoints)} of {len(every)} reference tensors "

@@ -8,9 +8,10 @@ framework-side name). ``onnxbridge.localize.bisect.localize`` then asks for a fe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, runtime_checkable
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Probe(Protocol):
     what: str
     runs: int
 
-    def tensors(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+    def tensors(self, names: Sequence[str], feeds: Mapping[str, "np.ndarray"]) -> dict[str, "np.ndarray"]: ...
 
 
 @dataclass

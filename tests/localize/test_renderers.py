@@ -41,7 +41,7 @@ def failed(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("localize_renderers")
     _chain(folder / "a.onnx", 1.0)
     _chain(folder / "b.onnx", 1.5)
-    rep = onnxbridge.validate(folder / "a.onnx", folder / "b.onnx")
+    rep = onnxbridge.validate(folder / "a.onnx", folder / "b.onnx", localize="off")
     assert rep["status"] == "failed" and rep["schema_version"] == SCHEMA_VERSION
     return rep
 
@@ -91,7 +91,7 @@ def test_the_summary_line():
     hop["from"], hop["to"] = "onnx", "coreml"
     assert "MIL op blocks.7" in localization_summary(hop)
     hop["from"], hop["to"] = "onnx@13", "onnx@17"
-    assert "converted node blocks.7" in localization_summary(hop)
+    assert "adapted node blocks.7" in localization_summary(hop)
     hop["localization"]["first_divergent"].update(source=None, inputs_ok=False,
                                                   error={"max_abs": 0.0, "reason": "inf in 2 of 16 values"})
     line = localization_summary(hop)
@@ -246,7 +246,7 @@ def test_the_engine_s_block_fits_the_schema_and_renders(tmp_path):
                              Tolerance.for_precision("fp32", None, None))
     rep["hops"][0]["localization"] = json.loads(json.dumps(loc))  # as written to the JSON report
     check_report(rep)
-    assert "first divergent node: blocks.7/MatMul (MatMul, output m7; converted node blocks.7/MatMul)" \
+    assert "first divergent node: blocks.7/MatMul (MatMul, output m7; source node blocks.7/MatMul)" \
         in failure_summary(rep)
     plot = _plot(renderers.render(rep, "html"))
     assert next(e for e in plot.iter() if e.get("class") == "culprit" and e.text).text.startswith(

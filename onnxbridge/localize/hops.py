@@ -1,0 +1,126 @@
+"""Localization for each kind of hop, as the spine runs it: which two sides are probed, and a block that says why
+when a hop cannot be localized (never an error that ends the run)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from onnxbridge.errors import BadInputError
+
+if TYPE_CHECKING:
+    from onnxbridge.plugins import SourceModel
+    from onnxbridge.specs import Sample
+    from onnxbridge.validation import Tolerance
+
+MODES = ("off", "auto", "on")
+
+
+def mode_of(value: Any, default: str) -> str:
+    """``--localize`` as one of MODES: True is "on", False/None the default; ``auto`` localizes failed hops only,
+    ``on`` every hop that compared numbers."""
+    if value is None:
+        return default
+    if value is True:
+        return "on"
+    if value is False:
+        return "off"
+    if value not in MODES:
+        raise BadInputError(f"--localize {value!r} is not one of {', '.join(MODES)}")
+    return value
+
+
+def wanted(mode: str, hop: dict) -> bool:
+    """Whether ``hop`` gets a localization: it compared outputs (a hop that failed before any comparison, or was
+    skipped, has nothing to bisect) and failed, or ``mode`` is "on"."""
+    compared = bool(hop.get("outputs")) and hop.get("status") in ("passed", "failed")
+    return compared and (mode == "on" or (mode == "auto" and hop["status"] == "failed"))
+
+
+def tolerance_of(hop: dict) -> "Tolerance":
+    """The tolerance the hop applied (after its runner raised it, e.g. the simulator's fp16)."""
+    from onnxbridge.validation import Tolerance
+
+    t = hop["tolerance"]
+    per = tuple((n, v.get("atol"), v.get("rtol")) for n, v in (t.get("per_output") or {}).items())
+    return Tolerance(t["atol"], t["rtol"], t["precision"], per, t.get("reason"))
+
+
+def attach(hop: dict, mode: str, make: Callable[[], dict], progress=None) -> None:
+    """Add ``hop["localization"]`` when ``wanted``: ``make()``'s block, or one saying why it could not run (a hop
+    the backend cannot run here, a native crash, a bug of ours: the verdict stands either way)."""
+    from onnxbridge.errors import HopSkipped
+
+    if not wanted(mode, hop):
+        return
+    step = progress.step(f"Localizing the divergence of {hop['from']} -> {hop['to']}") if progress else None
+    try:
+        if step is not None:
+            with step:
+                hop["localization"] = make()
+        else:
+            hop["localization"] = make()
+    except HopSkipped as exc:
+        hop["localization"] = {"skipped": exc.one_line(), "method": "none"}
+    except Exception as exc:  # noqa: BLE001 - localization explains a verdict; its failure must not change it
+        text = " ".join(str(exc).split())[:300]
+        hop["localization"] = {"skipped": f"localization could not run: {type(exc).__name__}: {text}",
+                               "method": "none"}
+
+
+def source_to_onnx(src: "SourceModel", onnx_path: Path, samples: "Sequence[Sample]", tol: "Tolerance",
+                   mapped_on: Path | None = None) -> dict:
+    """Source framework -> ONNX: the frontend's probe (``SourceModel.probe``) against prefix models of the ONNX
+    file. ``mapped_on``: the exporter's model, before the opset adapters renamed tensors (the frontend maps its
+    names onto that one)."""
+    from onnxbridge.fileio import load_onnx
+    from onnxbridge.localize.bisect import localize
+    from onnxbridge.localize.onnx_probe import OnnxProbe, match_tensors
+
+    exported = load_onnx(mapped_on or onnx_path)
+    sides = src.probe(exported)
+    if sides is None:
+        return {"skipped": f"the {src.frontend} frontend records nothing that maps {src.kind} intermediates onto "
+                           "the ONNX graph (its outputs are all there is to compare)",
+                "method": "none"}
+    rename = match_tensors(exported, load_onnx(onnx_path)) if mapped_on is not None else None
+    candidate = OnnxProbe(onnx_path, rename=rename)
+    try:
+        return localize(sides.probe, candidate, sides.checkpoints, samples, tol, method=sides.method)
+    finally:
+        _close(sides.probe)
+        candidate.close()
+
+
+def onnx_to_onnx(reference: Path, candidate: Path, samples: "Sequence[Sample]", tol: "Tolerance") -> dict:
+    """Two ONNX models (the adapters' hop): tensors matched by name, else by graph position."""
+    from onnxbridge.localize.onnx_probe import localize_onnx_pair
+
+    return localize_onnx_pair(reference, candidate, samples, tol)
+
+
+def onnx_to_backend(backend: str, onnx_path: Path, artifact: Path, samples: "Sequence[Sample]",
+                    tol: "Tolerance") -> dict:
+    """ONNX -> a backend's artifact: prefix models of the ONNX file against the backend's own probe (``probe`` of
+    its module: MIL vars, IR outputs, simulator prefixes), which raises HopSkipped where it cannot run here."""
+    from onnxbridge.localize.bisect import localize
+    from onnxbridge.localize.onnx_probe import OnnxProbe, onnx_checkpoints
+    from onnxbridge.plugins import module_of
+
+    module = module_of(backend)
+    if not hasattr(module, "probe"):
+        return {"skipped": f"the {backend} backend offers no probe of its intermediates", "method": "none"}
+    reference = OnnxProbe(onnx_path)
+    try:
+        sides = module.probe(Path(artifact), Path(onnx_path), onnx_checkpoints(reference.model))
+        try:
+            return localize(reference, sides.probe, sides.checkpoints, samples, tol, method=sides.method)
+        finally:
+            _close(sides.probe)
+    finally:
+        reference.close()
+
+
+def _close(probe: Any) -> None:
+    close = getattr(probe, "close", None)
+    if close is not None:
+        close()
