@@ -398,6 +398,45 @@ def doctor(ctx, as_json):
     console.print(table)
 
 
+@cli.command()
+@click.argument("manifest", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "outdir", required=True, type=click.Path(file_okay=False),
+              help="Folder for the cells (MODEL/TARGET-PRECISION-opsetN/) and matrix.json/.xml/.md/.html.")
+@click.option("--workers", type=click.IntRange(1, 1024), help="Cells run at once (default: the CPU cores).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: a process per cell on this machine; ray: Ray tasks (a local Ray, or --ray-address).")
+@click.option("--ray-address", metavar="ADDR", help="Join this Ray cluster instead of starting a local one.")
+@click.option("--only", multiple=True, metavar="GLOB", help="Run only the cells whose name (MODEL/TARGET-PRECISION-"
+              "opsetN) matches (repeatable).")
+@click.option("--baseline", type=click.Path(dir_okay=False),
+              help="An earlier matrix.json: cells that passed there and not now are regressions (exit 1).")
+@click.option("--no-cache", "no_cache", is_flag=True, help="Run every cell, even those that passed before with the "
+              "same inputs.")
+@click.option("--timeout", type=click.FloatRange(min=1), metavar="S", help="Seconds a cell may take (then: error).")
+@click.pass_context
+@handle_errors
+def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline, no_cache, timeout):
+    """Convert and validate every model x target x precision x opset of MANIFEST (TOML), each cell in a process of
+    its own; reuses cells that passed with the same inputs. Exit 1 on a failed or error cell or a regression."""
+    from onnxbridge.matrix import matrix as run_matrix
+
+    result = run_matrix(manifest, outdir, workers=workers, executor=executor, ray_address=ray_address,
+                        only=list(only), baseline=baseline, cache=not no_cache, timeout=timeout,
+                        progress=not ctx.find_root().params.get("quiet", False))  # a bar on a terminal, else lines
+    console = _console(ctx)
+    if console is not None:
+        counts = ", ".join(f"{n} {status}" for status, n in result["counts"].items() if n)
+        cached = sum(1 for c in result["cells"] if c.get("cached"))
+        console.print(f"{len(result['cells'])} cells: {counts}" + (f" ({cached} reused)" if cached else ""))
+        for name in result["regressions"]:
+            console.print(f"[red]regression[/]: {name}")
+        for cell in result["cells"]:
+            if cell["status"] in ("failed", "error"):
+                console.print(f"[red]{cell['status']}[/] {cell['name']}: {cell.get('reason') or ''}")
+        console.print(f"wrote {outdir}/matrix.json, matrix.xml, matrix.md, matrix.html")
+    ctx.exit(EXIT_OK if result["status"] == "passed" else EXIT_FAILED)
+
+
 def main() -> None:
     cli(prog_name="onnxbridge")
 

@@ -30,7 +30,7 @@ _LAZY = {
 }
 
 
-_SUBMODULES = ("adapters", "errors", "report", "inspection", "renderers", "testing")
+_SUBMODULES = ("adapters", "errors", "report", "inspection", "renderers", "testing", "localize", "matrix")
 
 
 def __getattr__(name: str):

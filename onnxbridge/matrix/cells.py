@@ -1,0 +1,98 @@
+"""Cells: one model converted to one target at one precision and opset; a manifest expands into them."""
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+from onnxbridge.errors import BadInputError, UnavailableError
+from onnxbridge.matrix.manifest import Manifest, backend_option_names
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One conversion of the matrix. ``options``: ``convert(**options)`` keywords (JSON-serializable); ``key``: its
+    cache key (``onnxbridge.matrix.cache.cell_key``); ``skip``: why it is not run (status skipped)."""
+
+    model: str
+    target: str
+    precision: str
+    opset: int | None
+    source: str
+    options: dict = field(default_factory=dict)
+    key: str = ""
+    skip: str | None = None
+
+    @property
+    def name(self) -> str:
+        """``model/target-precision-opsetN`` (``opsetdefault`` without an opset); also its folder under OUTDIR."""
+        opset = "default" if self.opset is None else self.opset
+        return f"{self.model}/{self.target}-{self.precision}-opset{opset}"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Cell:
+        known = {f: d[f] for f in cls.__dataclass_fields__ if f in d}
+        return cls(**{**known, "options": dict(known.get("options") or {})})
+
+    def output_name(self) -> str:
+        """The artifact's file name in the cell's folder: ``model`` + the backend's first suffix."""
+        from onnxbridge.plugins import module_of
+
+        return "model" + module_of(self.target).SUFFIXES[0]
+
+
+def _excluded(manifest: Manifest, model: str, target: str, precision: str, opset: int | None) -> bool:
+    cell = {"model": model, "target": target, "precision": precision, "opset": opset}
+    return any(all(cell[k] == v for k, v in rule.items()) for rule in manifest.exclude)
+
+
+def _precision_skip(target: str, precision: str, cache: dict) -> str | None:
+    """Why ``target`` cannot run ``precision`` here (its backend is unavailable or does not apply it), or None."""
+    from onnxbridge.plugins import BACKENDS
+
+    if target not in cache:
+        try:
+            cache[target] = tuple(BACKENDS.load(target).PRECISIONS)
+        except UnavailableError as exc:
+            cache[target] = f"backend {target} unavailable: {exc.one_line()}"
+    declared = cache[target]
+    if isinstance(declared, str):
+        return declared
+    if precision not in declared:
+        return f"backend {target} does not apply {precision} (it applies {', '.join(declared) or 'none'})"
+    return None
+
+
+def _cell_options(options: dict, target: str, backend_options: set[str]) -> dict:
+    """The model's options for one target: backend options only where that backend declares them (a matrix
+    default ``workspace`` reaches the tensorrt cells only)."""
+    from onnxbridge.plugins import BACKENDS
+
+    mine = {o.name for o in BACKENDS.plugin(target).options}
+    return {k: v for k, v in options.items() if k not in backend_options or k in mine}
+
+
+def expand(manifest: Manifest, only: Sequence[str] = ()) -> list[Cell]:
+    """Models x targets x precisions x opsets minus ``exclude``; ``only``: glob patterns over cell names (any
+    matches). Cells whose target does not apply the precision, or is not installed, get ``skip``. An empty result
+    is refused."""
+    backend_options = backend_option_names()
+    declared: dict = {}
+    cells = []
+    for model in manifest.models:
+        for target, precision, opset in itertools.product(model.targets, model.precisions, model.opsets):
+            if _excluded(manifest, model.name, target, precision, opset):
+                continue
+            cell = Cell(model.name, target, precision, opset, model.source,
+                        _cell_options(model.options, target, backend_options))
+            if only and not any(fnmatch.fnmatchcase(cell.name, pattern) for pattern in only):
+                continue
+            cells.append(replace(cell, skip=_precision_skip(target, precision, declared)))
+    if not cells:
+        why = f" match --only {' '.join(only)}" if only else " remain after exclude"
+        raise BadInputError(f"{manifest.path}: no cells{why}")
+    return cells
