@@ -163,13 +163,14 @@ def _flag(name: str, by_plugin: dict, selector: str):
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
               help="Shape (and dtype) of an input; creates seeded random sample inputs.")
 @click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:LABEL][:MIN..MAX]",
-              help="Make an axis dynamic (validated also at MIN and MAX when given).")
+              help="Make an axis dynamic (validated also at MIN and MAX when given; ONNX sources too).")
 @click.option("--input-name", "input_names", multiple=True, metavar="NAME",
               help="Name the tensor inputs, in order (default: the forward() parameter names).")
 @click.option("--output-name", "output_names", multiple=True, metavar="NAME",
               help="Name the outputs, in order (default: output, or output_0, output_1, ...).")
 @click.option("--exporter", type=click.Choice(["auto", "dynamo", "torchscript"]), default="auto",
-              show_default=True, help="PyTorch exporter (auto: TorchScript below opset 18, else dynamo).")
+              show_default=True, help="PyTorch exporter (auto: the one that validates: TorchScript below opset 18, dynamo "
+              "at 18 moved down by the adapters when TorchScript fails; else dynamo).")
 @click.option("--validate/--no-validate", default=True, show_default=True,
               help="Compare the result with the source framework.")
 @click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -13,7 +14,7 @@ from onnxbridge.errors import BadInputError, ExportError, OnnxBridgeError, first
 from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.frontends.pytorch import archives, unsafe_ops
 from onnxbridge.quiet import native_output_silenced, quiet
-from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array
+from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array, vary_dynamic
 
 if TYPE_CHECKING:
     import onnx
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 TORCH_LOGGERS = ("torch.onnx", "torch.export", "torch._export", "onnxscript")
 
 EXPORTERS = ("auto", "dynamo", "torchscript")
+DYNAMO_OPSET = 18  # the lowest opset the dynamo exporter writes natively
 _TORCH_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.float64: "float64",
                  torch.bfloat16: "bfloat16", torch.int8: "int8", torch.uint8: "uint8", torch.int16: "int16",
                  torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
@@ -252,6 +254,9 @@ class TorchModel(SourceModel):
 
     def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
                exporter: str = "auto") -> Exported:
+        """The first exporter in ``exporter_order`` that works. Under ``auto``, a TorchScript export with dynamic
+        axes must also run at grown sizes (``check_export``); when it does not and the dynamo exporter is still
+        untried, the dynamo export replaces it if that one passes the same check."""
         import onnx
 
         outputs = list(output_names) if output_names else (
@@ -260,19 +265,132 @@ class TorchModel(SourceModel):
         notes: list[str] = []
         caught: list[str] = []
         failures: list[str] = []
-        for name in self.exporter_order(exporter, opset):
+        order = self.exporter_order(exporter, opset)
+        for i, name in enumerate(order):
             path = workdir / f"{name}.onnx"
             try:
-                with quiet(caught, TORCH_LOGGERS), eval_mode(self.module, grad=True):
-                    self._export_with(name, path, opset, input_names, outputs, notes)
+                self._export_quietly(name, path, opset, input_names, outputs, notes, caught)
             except Exception as exc:
                 failures.append(f"{name} exporter: {first_line(exc)}")
                 continue
             if failures:
                 notes.append(f"fell back to the {name} exporter after: {failures[0]}")
+            if exporter == "auto" and name == "torchscript" and "dynamo" in order[i + 1:] and self.dynamic:
+                name, path = self._second_opinion(workdir, path, opset, input_names, outputs, notes, caught)
             model = onnx.load(str(path), load_external_data=False)
             return Exported(model, workdir, f"torch.onnx.export ({name})", notes, caught)
         raise ExportError("torch export failed: " + "; ".join(failures))
+
+    def _export_quietly(self, name: str, path: Path, opset: int | None, input_names: list[str],
+                        output_names: list[str], notes: list[str], caught: list[str]) -> None:
+        with quiet(caught, TORCH_LOGGERS), eval_mode(self.module, grad=True):
+            self._export_with(name, path, opset, input_names, output_names, notes)
+
+    def _second_opinion(self, workdir: Path, path: Path, opset: int | None, input_names: list[str],
+                        output_names: list[str], notes: list[str], caught: list[str]) -> tuple[str, Path]:
+        """(exporter, path) to keep after a TorchScript export with dynamic axes: that one when it passes
+        ``check_export``, else the dynamo export when that one passes (``auto`` means the one that validates)."""
+        problem = self.check_export(path, "torchscript")
+        if problem is None:
+            return "torchscript", path
+        alt, alt_notes, alt_caught = workdir / "dynamo.onnx", [], []
+        try:
+            self._export_quietly("dynamo", alt, opset, input_names, output_names, alt_notes, alt_caught)
+        except Exception as exc:
+            notes.append(f"the torchscript export fails {problem}; the dynamo exporter, tried instead, failed: "
+                         f"{first_line(exc)}; kept the torchscript export")
+            return "torchscript", path
+        alt_problem = self.check_export(alt, "dynamo", opset)
+        if alt_problem is not None:
+            notes.append(f"the torchscript export fails {problem}; the dynamo export, tried instead, fails "
+                         f"{alt_problem}; kept the torchscript export")
+            return "torchscript", path
+        notes += alt_notes
+        caught += alt_caught
+        notes.append(f"exporter auto: the torchscript export fails {problem}; the dynamo export passes at the "
+                     "same sizes and is used instead")
+        return "dynamo", alt
+
+    def check_samples(self) -> list[Sample]:
+        """The sample, then every requested dynamic axis grown by one, then at its range's ends (when given)."""
+        samples = [self.sample]
+        grown = vary_dynamic(self.sample, self.dynamic)
+        if grown is not None:
+            samples.append(grown)
+        ranged = [d for d in self.dynamic if d.min is not None]
+        for end in ("min", "max"):
+            at_end = vary_dynamic(self.sample, ranged, lambda d, n, end=end: getattr(d, end),
+                                  f"dynamic axes at their {end}")
+            if at_end is not None:
+                samples.append(at_end)
+        return samples
+
+    def check_export(self, path: Path, exporter: str, opset: int | None = None) -> str | None:
+        """Why the exported model at ``path`` disagrees with the module (onnxruntime, in the worker, on
+        ``check_samples``; fp32 tolerances), or None when it agrees. With ``opset``, a model our adapters cannot
+        move there fails too. Sizes the module itself rejects are skipped."""
+        from onnxbridge import adapters, runtime
+        from onnxbridge.validation import Tolerance
+
+        if opset is not None:
+            with contextlib.suppress(OnnxBridgeError):
+                blockers = adapters.check(path, opset)
+                if blockers:
+                    return f"to adapt to opset {opset}: {blockers[0]}"
+        tol = Tolerance.for_precision("fp32")
+        try:
+            runner = runtime.open(path, what=f"the onnxruntime session of the {exporter} export")
+        except Exception as exc:
+            return f"to load in onnxruntime: {first_line(exc)}"
+        for sample in self.check_samples():
+            try:
+                want = self.run(sample.feeds)
+            except Exception:
+                continue
+            try:
+                got = runner(sample.feeds)
+            except Exception as exc:
+                return f"at input shapes {sample.shapes()}: {first_line(exc)}"
+            for i, (w, g) in enumerate(zip(want, got)):
+                w, g = np.asarray(w), np.asarray(g)
+                if w.shape != g.shape:
+                    return f"at input shapes {sample.shapes()}: output {i} has shape {list(g.shape)}, torch's " \
+                           f"{list(w.shape)}"
+                if w.dtype.kind in "fc" and not np.allclose(g.astype(np.float64), w.astype(np.float64),
+                                                            atol=tol.atol, rtol=tol.rtol, equal_nan=True):
+                    return f"at input shapes {sample.shapes()}: output {i} differs from torch's"
+                if w.dtype.kind not in "fc" and not np.array_equal(g, w):
+                    return f"at input shapes {sample.shapes()}: output {i} differs from torch's"
+        return None
+
+    def _dynamic_shapes(self, target: Any, notes: list[str]) -> Any:
+        """``dynamic_shapes`` for torch.export when a ``--dynamic`` axis has a range (``x:0:batch:1..16``): one
+        torch.export.Dim per label, with the range's bounds (unranged axes: Dim.DYNAMIC); None when no axis has
+        a range (``dynamic_axes`` then says it) or the inputs cannot be named for torch.export."""
+        if not any(d.min is not None for d in self.dynamic):
+            return None
+        names = _param_names(target)
+        dims: dict[str, Any] = {}
+        shapes: dict[str, dict[int, Any]] = {}
+        ranges = []
+        for d in self.dynamic:
+            slot = next((s for s, n in self.slots if n == d.name), None)
+            if slot is None:
+                continue
+            key = slot if isinstance(slot, str) else (names[slot] if slot < len(names) else None)
+            if key is None:
+                return None
+            axis = d.axis % self.sample.feeds[d.name].ndim
+            if d.dim_label not in dims:
+                if d.min is None or d.max is None or d.max < 2:
+                    dims[d.dim_label] = torch.export.Dim.DYNAMIC
+                else:
+                    dims[d.dim_label] = torch.export.Dim(_dim_name(d.dim_label), min=d.min, max=d.max)
+                    ranges.append(f"{d.dim_label} {d.min}..{d.max}")
+            shapes.setdefault(key, {})[axis] = dims[d.dim_label]
+        if ranges:
+            notes.append(f"dynamic range{'s' if len(ranges) > 1 else ''} given to torch.export: {', '.join(ranges)}")
+        return shapes
 
     def _export_with(self, exporter: str, path: Path, opset: int | None, input_names: list[str],
                      output_names: list[str], notes: list[str]) -> None:
@@ -280,9 +398,20 @@ class TorchModel(SourceModel):
         if exporter == "dynamo":
             target = self.program if self.program is not None else self.module
             args, kwargs = self._export_args(notes) if self.dynamic else (self.args, self.kwargs)
+            if opset is not None and opset < DYNAMO_OPSET:
+                # Below 18 torch converts its own opset-18 graph down and keeps opset-18 attributes (Split's
+                # num_outputs) that the checker rejects; our adapters move it instead (builder.finalize).
+                common["opset_version"] = DYNAMO_OPSET
+                notes.append(f"dynamo exporter run at opset {DYNAMO_OPSET}, not {opset}: below {DYNAMO_OPSET} it "
+                             f"writes opset-{DYNAMO_OPSET} attributes; onnxbridge's adapters take it to {opset}")
+            shapes = self._dynamic_shapes(target, notes) if self.program is None else None
             dyn = {k: v for k, v in self._dynamic_axes(output_names).items() if k in input_names}
+            dynamic = {"dynamic_shapes": shapes} if shapes is not None else {"dynamic_axes": dyn or None}
             torch.onnx.export(target, args, str(path), kwargs=kwargs or None, dynamo=True, external_data=True,
-                              verbose=False, dynamic_axes=dyn or None, **common)
+                              verbose=False, **dynamic, **common)
+            if opset is not None and opset < 14 and _drop_runtime_allowzero(path):
+                notes.append("Reshape allowzero=1 dropped where the shape is computed at run time (from sizes "
+                             "torch.export keeps nonzero), so the adapters can move it below opset 14")
         else:
             from onnxbridge.frontends.pytorch.symbolics import extra_symbolics
 
@@ -293,6 +422,37 @@ class TorchModel(SourceModel):
             with native_output_silenced(), extra_symbolics(opset):
                 torch.onnx.export(target, args, str(path), dynamo=False, do_constant_folding=True,
                                   dynamic_axes=self._dynamic_axes(output_names) or None, **common)
+
+
+def _drop_runtime_allowzero(path: Path) -> int:
+    """Drop ``allowzero=1`` from Reshapes (in the file at ``path``) whose shape is not a constant; their count.
+
+    torch's ``view`` lowers to Reshape(allowzero=1) because a 0 in a torch shape is an empty dimension; a shape
+    computed at run time comes from the dynamic sizes, which torch.export never lets be 0, so the flag changes
+    nothing there and opsets below 14 cannot express it. Constant shapes are left for the adapters to judge.
+    """
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    constants = {i.name for i in model.graph.initializer}
+    constants |= {o for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    dropped = 0
+    for node in model.graph.node:  # torch's graph: Reshapes sit in the main graph (functions are inlined)
+        if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or node.input[1] in constants:
+            continue
+        for attr in list(node.attribute):
+            if attr.name == "allowzero" and attr.i:
+                node.attribute.remove(attr)
+                dropped += 1
+    if dropped:
+        onnx.save(model, str(path))
+    return dropped
+
+
+def _dim_name(label: str) -> str:
+    """A torch.export.Dim name (an identifier) for a dynamic axis label."""
+    name = re.sub(r"\W", "_", label)
+    return name if name[:1].isalpha() or name[:1] == "_" else f"d_{name}"
 
 
 class _TensorsOnly(torch.nn.Module):

@@ -9,7 +9,7 @@ from onnxbridge.errors import TRUST_HINT, BadInputError, UnavailableError, Unsaf
 PICKLES = (".joblib", ".pkl", ".pickle")
 SKOPS = ".skops"
 SUFFIXES = (*PICKLES, SKOPS)
-ESTIMATOR_PACKAGES = ("sklearn", "lightgbm", "xgboost", "imblearn")
+ESTIMATOR_PACKAGES = ("sklearn", "lightgbm", "xgboost", "catboost", "imblearn")
 
 
 def is_estimator(obj: Any) -> bool:

@@ -22,6 +22,8 @@ _TOO_LOW = re.compile(r"requires at least opset (\d+)")
 def _labels(y: Any) -> np.ndarray:
     """Class labels with the ONNX label dtype: integers (and integral floats) as int64, text as str."""
     y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] == 1:  # CatBoost's multiclass predict: one column of labels
+        y = y.reshape(-1)
     if y.dtype.kind in "iub" or (y.dtype.kind == "f" and np.all(np.mod(y, 1) == 0)):
         return y.astype(np.int64)
     if y.dtype.kind in "OUS":
@@ -157,9 +159,40 @@ class SklearnModel(SourceModel):
         if opset is None:
             model = _at_default(model, main, notes)
         _name_batch(model)
+        note = self._threshold_note(model)
+        if note:
+            notes.append(note)
         if output_names:
             _rename_outputs(model, list(output_names))
         return Exported(model, None, f"skl2onnx {skl2onnx.__version__}", notes, caught)
+
+    def _threshold_note(self, model: Any) -> str | None:
+        """For tree models: how the float32 thresholds of ONNX TreeEnsemble act on the sample rows."""
+        if self._reference0 is None or not any(n.op_type.startswith("TreeEnsemble") for n in model.graph.node):
+            return None
+        from onnxbridge.compare import TOLERANCES
+
+        feeds = self.layout.sample.feeds
+        got, features = None, None
+        try:
+            import onnx
+            import onnxruntime as ort
+
+            probe = onnx.ModelProto()
+            probe.CopyFrom(model)
+            trees = [n for n in probe.graph.node if n.op_type.startswith("TreeEnsemble")]
+            if len(trees) == 1:  # the features the trees see, to measure their float32 error
+                probe.graph.output.append(onnx.helper.make_tensor_value_info(trees[0].input[0], 1, None))
+            session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+            got = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+            if len(trees) == 1:
+                got, features = got[:-1], got[-1]
+        except Exception:  # noqa: BLE001 - validation reports a model that does not run
+            pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return boosters.threshold_note(self.estimator, self.layout.reference(feeds), self._reference0, got,
+                                           *TOLERANCES["fp32"], onnx_features=features)
 
     def _convert(self, main: int, notes: list[str], caught: list[str]):
         """skl2onnx at ``main`` (or the lowest opset it can write this model at), labels and

@@ -9,6 +9,7 @@ import numpy as np
 from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.frontends.tensorflow.signatures import check_nchw, nchw_dynamic, nchw_spec, sample_for, to_nhwc
 from onnxbridge.frontends.tensorflow.sources import TFFunction
+from onnxbridge.frontends.tensorflow.standard_ops import standardize
 from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
 
 from onnxbridge.errors import BadInputError, ExportError
@@ -55,6 +56,29 @@ def order_outputs(graph, names: Sequence[str], rename: Sequence[str] | None) -> 
         rename_values(graph, dict(zip(names, rename)))
 
 
+def fold_captured_constants(proto, concrete, inputs: Sequence[str], notes: list[str]) -> None:
+    """Make the constants the function captures (a Keras ``Normalization`` built with ``mean``/``variance``, any
+    eager tensor a layer closes over) initializers: tf2onnx leaves them as extra graph inputs nobody feeds."""
+    from onnx import numpy_helper
+
+    extra = {i.name for i in proto.graph.input} - set(inputs)
+    if not extra:
+        return
+    values = {}
+    for external, internal in concrete.graph.captures:
+        name = internal.name.removesuffix(":0")
+        value = getattr(external, "numpy", None)  # eager constants have one; resources and symbols do not
+        if (internal.name in extra or name in extra) and callable(value) and external.dtype.name != "resource":
+            values[internal.name if internal.name in extra else name] = np.asarray(value())
+    if not values:
+        return
+    kept = [i for i in proto.graph.input if i.name not in values]
+    del proto.graph.input[:]
+    proto.graph.input.extend(kept)
+    proto.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in values.items())
+    notes.append(f"{len(values)} captured constant(s) tf2onnx left as graph inputs made initializers")
+
+
 class TFModel(SourceModel):
     frontend = "tensorflow"
     framework = "tensorflow"
@@ -93,12 +117,14 @@ class TFModel(SourceModel):
                                                          inputs_as_nchw=[f"{n}:0" for n in self.nchw] or None)
         except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line
             raise ExportError(f"tf2onnx failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
+        fold_captured_constants(proto, flat.get_concrete_function(), [s.name for s in self.tf_specs], notes)
         order_outputs(proto.graph, names, output_names)
+        notes.extend(standardize(proto))  # TF ops tf2onnx leaves verbatim (Erfc from gelu, ...) -> standard ONNX
         if output_names:
             self.output_names = list(output_names)
         return Exported(proto, None, f"tf2onnx {tf2onnx.__version__}", notes, warnings)
 
-    def probe(self, model: "onnx.ModelProto") -> "Sides | None":
+    def probe(self, model: onnx.ModelProto) -> Sides | None:
         """Keras layer outputs matched to ``model``'s tensors (``frontends/tensorflow/probe.py``); None for a
         SavedModel, TFLite file or tf.function, which record no layers."""
         from onnxbridge.frontends.tensorflow.probe import keras_sides

@@ -136,8 +136,10 @@ def _convert(cli, tmp_path, factory: str, *args) -> dict:
               "--report", tmp_path / "r.json", *args)
     rep = json.loads((tmp_path / "r.json").read_text())
     assert res.exit_code == 0, (res.output, [h.get("errors") for h in rep.get("hops", [])])
-    assert [(h["from"], h["to"], h["status"]) for h in rep["hops"]] == [("torch", "onnx", "passed"),
-                                                                      ("onnx", "coreml", "passed")]
+    # (the dynamo exporter runs at opset 18 below it: the adapters' hop onnx@18 -> onnx@N sits between the two)
+    assert [(h["from"], h["to"], h["status"]) for h in rep["hops"] if not h["from"].startswith("onnx@")] == \
+        [("torch", "onnx", "passed"), ("onnx", "coreml", "passed")]
+    assert all(h["status"] == "passed" for h in rep["hops"])
     return rep
 
 

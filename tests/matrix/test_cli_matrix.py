@@ -1,0 +1,41 @@
+"""``onnxbridge matrix`` from the command line: exit 0 when every cell passed or was skipped, 1 on an error cell, 2 on
+a bad manifest naming the key and its line."""
+from __future__ import annotations
+
+import json
+
+from tests.conftest import ROOT, assert_one_line_error
+
+MANIFEST = """\
+[matrix]
+targets = ["onnx"]
+precisions = ["fp32", "int8"]
+opsets = [17]
+
+[[model]]
+name = "cnn"
+source = "{models}:cnn"
+dynamic = ["x:0:batch"]
+"""
+
+
+def test_cells_passed_or_skipped_is_exit_0_and_an_error_cell_is_exit_1(cli, tmp_path):
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(MANIFEST.format(models=ROOT / "examples" / "models.py"))
+    res = cli("matrix", manifest, "-o", tmp_path / "out", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    cells = {c["name"]: c["status"] for c in json.loads((tmp_path / "out" / "matrix.json").read_text())["cells"]}
+    assert cells == {"cnn/onnx-fp32-opset17": "passed", "cnn/onnx-int8-opset17": "skipped"}
+    broken = tmp_path / "broken.py"
+    broken.write_text("def cnn():\n    raise RuntimeError('broken on purpose')\n")
+    manifest.write_text(MANIFEST.format(models=broken))
+    res = cli("matrix", manifest, "-o", tmp_path / "out2", "--workers", "1")
+    assert res.exit_code == 1 and "broken on purpose" in res.output
+
+
+def test_a_bad_manifest_is_exit_2_naming_the_key_and_line(cli, tmp_path):
+    manifest = tmp_path / "m.toml"
+    manifest.write_text(MANIFEST.format(models=ROOT / "examples" / "models.py").replace('opsets = [17]',
+                                                                                        'opsets = [17]\nspeed = 3'))
+    assert_one_line_error(cli("matrix", manifest, "-o", tmp_path / "out"), 2, "m.toml:5:", "'speed'")
+    assert not (tmp_path / "out").exists()
