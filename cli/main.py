@@ -157,7 +157,8 @@ def _flag(name: str, by_plugin: dict, selector: str):
 @click.option("-o", "--output", required=True, type=click.Path(),
               help="Where to write the model (.onnx, .mlpackage, .dlc, .engine).")
 @click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
-@click.option("--to", default="onnx", show_default=True, help=f"Target format: {', '.join(_backend_names())}.")
+@click.option("--to", help=f"Target format: {', '.join(_backend_names())} (default: the one whose files end like "
+              "-o, else onnx).")
 @click.option("--target", metavar="TARGET", help="Backend deployment target (Core ML: iOS15, iOS16 (default), iOS17, iOS18).")
 @click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
@@ -220,12 +221,14 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
 
 def _finish(ctx, rep: dict, console, fail_on: str = "error") -> None:
     """Print the report (the spine wrote its files) and exit 1 on failure (or on warnings with --fail-on warning)."""
+    from rich.markup import escape
+
     from onnxbridge import report as reports
 
     if console is not None:
         reports.render(rep, console)
         for line in rep["notes"]:
-            console.print(f"[dim]note: {line}[/]")
+            console.print(f"[dim]note: {escape(line)}[/]")
         console.print(f"status: [bold]{rep['status']}[/]")
     if rep["status"] == "failed":
         _stderr(f"error: {reports.failure_summary(rep)}")
@@ -336,10 +339,12 @@ def check(ctx, model, targets, opset, input_shapes, target, report):
         if blocker in found and advice[found.index(blocker)]:
             click.echo(f"  hint: {advice[found.index(blocker)]}")
     if console is not None:
+        from rich.markup import escape
+
         for name, row in rep["targets"].items():
             state = "[green]can convert[/]" if not row["blockers"] else f"[red]{len(row['blockers'])} blocker(s)[/]"
-            tool = "" if row["available"] else f" [dim](toolchain not installed: {row['reason']})[/]"
-            rewrites = f" [dim](rewrites: {', '.join(row['rewrites'])})[/]" if row.get("rewrites") else ""
+            tool = "" if row["available"] else f" [dim](toolchain not installed: {escape(row['reason'])})[/]"
+            rewrites = f" [dim](rewrites: {escape(', '.join(row['rewrites']))})[/]" if row.get("rewrites") else ""
             console.print(f"{name}: {state}{tool}{rewrites}")
     ctx.exit(EXIT_BAD_INPUT if rep["blockers"] else EXIT_OK)
 
@@ -391,11 +396,13 @@ def doctor(ctx, as_json):
         return
     console.print(f"onnxbridge {env['onnxbridge']}, Python {env['python']}, {env['platform']}, "
                   + ", ".join(f"{k} {v}" for k, v in env["packages"].items()))
+    from rich.markup import escape
+
     table = Table("kind", "name", "status", "versions", "what")
-    for r in rows:
-        status = "[green]available[/]" if r["available"] else f"[red]unavailable[/]: {r['reason']}"
+    for r in rows:  # escaped: an install hint's 'onnxbridge[qnn]' is not markup
+        status = "[green]available[/]" if r["available"] else f"[red]unavailable[/]: {escape(r['reason'])}"
         versions = ", ".join(f"{k} {v or '-'}" for k, v in r["versions"].items())
-        table.add_row(r["kind"], r["name"], status, versions, r["description"])
+        table.add_row(escape(r["kind"]), escape(r["name"]), status, escape(versions), escape(r["description"]))
     console.print(table)
 
 
@@ -426,16 +433,35 @@ def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline
                         progress=not ctx.find_root().params.get("quiet", False))  # a bar on a terminal, else lines
     console = _console(ctx)
     if console is not None:
+        from rich.markup import escape
+
         counts = ", ".join(f"{n} {status}" for status, n in result["counts"].items() if n)
         cached = sum(1 for c in result["cells"] if c.get("cached"))
         console.print(f"{len(result['cells'])} cells: {counts}" + (f" ({cached} reused)" if cached else ""))
         for name in result["regressions"]:
-            console.print(f"[red]regression[/]: {name}")
+            console.print(f"[red]regression[/]: {escape(name)}")
         for cell in result["cells"]:
             if cell["status"] in ("failed", "error"):
-                console.print(f"[red]{cell['status']}[/] {cell['name']}: {cell.get('reason') or ''}")
+                console.print(f"[red]{cell['status']}[/] {escape(cell['name'])}: {escape(cell.get('reason') or '')}")
         console.print(f"wrote {outdir}/matrix.json, matrix.xml, matrix.md, matrix.html")
     ctx.exit(EXIT_OK if result["status"] == "passed" else EXIT_FAILED)
+
+
+def _root_flag(name: str):
+    """A subcommand's ``--quiet``/``--debug`` sets the group's (they work before or after the subcommand)."""
+    def callback(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+        if value:
+            ctx.find_root().params[name] = True
+    return callback
+
+
+for _command in cli.commands.values():
+    _command.params += [
+        click.Option(["--quiet", "-q"], is_flag=True, expose_value=False, callback=_root_flag("quiet"),
+                     help="Print nothing but errors (also before the command)."),
+        click.Option(["--debug"], is_flag=True, expose_value=False, callback=_root_flag("debug"),
+                     help="Show tracebacks (also before the command)."),
+    ]
 
 
 def main() -> None:

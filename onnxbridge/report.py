@@ -207,7 +207,7 @@ def render(report: dict, console) -> None:
         if what:
             console.print(f"[dim]{escape(hop['to'])}: {escape(what)}[/]")
         for line in hop["errors"]:
-            console.print(f"[red]error:[/] {line}")
+            console.print(f"[red]error:[/] {escape(line)}")
         where = localization_summary(hop)
         if where:
             loc = hop["localization"]
@@ -215,4 +215,4 @@ def render(report: dict, console) -> None:
             timing = f", {loc['seconds']:.3g} s" if loc.get("seconds") is not None else ""
             console.print(f"[dim]localization: {escape(str(loc.get('method') or ''))}{timing}[/]")
         for line in hop["notes"]:
-            console.print(f"[dim]note: {line}[/]")
+            console.print(f"[dim]note: {escape(line)}[/]")

@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from onnxbridge.plugins import SourceModel
 
 
+DEFAULT_BACKEND = "onnx"  # what convert builds when neither --to nor the output's name says
+
+
 @dataclass
 class ConversionResult:
     """What ``convert`` returns: where the model is (or the model itself) and the report."""
@@ -293,7 +296,7 @@ def _onnx_hop(before: tuple[Path, int], got, opset: int, samples: list[Sample], 
     return validate_hop(f"onnx@{have}", f"onnx@{opset}", ref, got, samples, got.output_names, tol, source=source)
 
 
-def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output: str | Path | None = None,
+def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, output: str | Path | None = None,
             opset: int | None = None, dynamic: Any = None, validate: bool = True, inputs: Any = None,
             input_shapes: Sequence[str | TensorSpec] = (), input_names: Sequence[str] | None = None,
             output_names: Sequence[str] | None = None, exporter: str = "auto", from_: str | None = None,
@@ -307,7 +310,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str = "onnx", output:
     ``"file.py:factory"`` / ``"pkg.mod:factory"`` returning ``model`` or ``(model, sample_inputs)``.
     Returns a ConversionResult whose ``report`` says whether the numbers held (it never raises for a
     numeric mismatch; call ``raise_for_status()`` for that). With ``output=None`` the model is returned
-    in memory as ``.model``. ``to="coreml"`` (``.mlpackage``), ``"dlc"``, ``"tensorrt"`` (``.engine``),
+    in memory as ``.model``. ``to``: the backend (default: the one whose artifacts end like ``output``, else
+    "onnx"); ``"coreml"`` (``.mlpackage``), ``"dlc"``, ``"tensorrt"`` (``.engine``),
     ``"openvino"`` (``.xml``) or any installed backend builds that backend's artifact from the ONNX model
     (``target``: a deployment target, e.g. "iOS16") and validates it as a hop of its own. Plugin options go in
     ``options`` under the names the plugins declare (``onnxbridge doctor`` lists them; e.g. ``shapes``,
@@ -360,6 +364,7 @@ class _Conversion:
     backend_options: dict
     steps: Progress
     localize: str = "off"
+    inferred: str | None = None  # how ``to`` was chosen when not given (a note)
     timings: dict = field(default_factory=dict)
     written: list = field(default_factory=list)  # what is at the output paths: removed if the run ends in an error
 
@@ -375,6 +380,13 @@ class _Conversion:
         from onnxbridge.validation import Tolerance
 
         mode = "auto" if localize is True else mode_of(localize, "off")
+        inferred = None
+        if to is None:  # the backend whose artifacts end like -o (an .mlpackage is Core ML), else the default
+            from onnxbridge.plugins import for_file
+
+            to = (for_file(output) if output is not None else None) or DEFAULT_BACKEND
+            if to != DEFAULT_BACKEND:
+                inferred = f"--to {to}: inferred from the output's name ({Path(output).name})"
         backend = BACKENDS.load(to)
         options = dict(options)
         backend_options = _backend_options(to, options)
@@ -402,7 +414,7 @@ class _Conversion:
         return cls(source, sample_inputs, to, backend, out_path, opset, validate, inputs,
                    InputSpec.parse(input_shapes, dynamic), input_names, output_names, exporter, from_, trust,
                    precision, tol, samples, latency_runs, seed, external_data, report, renderers, target, calibration,
-                   options, backend_options, Progress(progress), mode)
+                   options, backend_options, Progress(progress), mode, inferred)
 
     @contextmanager
     def _stage(self, key: str | None, title: str):
@@ -452,6 +464,8 @@ class _Conversion:
         source_info = {**src.info(), "path": str(self.source) if isinstance(self.source, (str, Path)) else None}
         self.rep = reports.new_report("convert", source=source_info,
                                       frameworks=[d for d in (src.framework, src.converter) if d])
+        if self.inferred:
+            self.rep["notes"].append(self.inferred)
         return src
 
     def export(self, src: "SourceModel", scratch: Path):

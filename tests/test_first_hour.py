@@ -1,0 +1,47 @@
+"""What a new user trips on first (issue 21): install hints that survive the terminal, flags accepted after the
+command, the backend inferred from -o's name, a LICENSE that matches pyproject."""
+from __future__ import annotations
+
+import pytest
+
+from onnxbridge.errors import BadInputError
+from tests.conftest import ROOT
+
+HINT = "missing onnxruntime-qnn (pip install 'onnxbridge[qnn]')"
+
+
+def test_install_hints_keep_their_extras_in_doctor(cli, monkeypatch):
+    """rich would read '[qnn]' as markup and print "pip install 'onnxbridge'": the hint must be copy-pasteable."""
+    from onnxbridge.plugins import BACKENDS
+
+    real = BACKENDS.status
+    monkeypatch.setattr(BACKENDS, "status", lambda name: {**real(name), "available": False, "reason": HINT}
+                        if name == "dlc" else real(name))
+    monkeypatch.setenv("COLUMNS", "400")
+    res = cli("doctor")
+    assert res.exit_code == 0 and "pip install 'onnxbridge[qnn]'" in res.output, res.output
+
+
+def test_quiet_and_debug_work_after_the_command(cli, tmp_path):
+    quiet = cli("convert", f"{ROOT / 'examples' / 'models.py'}:cnn", "-o", tmp_path / "m.onnx", "--quiet")
+    assert quiet.exit_code == 0 and quiet.stdout == "", quiet.output
+    with pytest.raises(BadInputError, match="does not exist"):  # --debug: the traceback, not the one line
+        cli("inspect", tmp_path / "missing.onnx", "--debug")
+    plain = cli("inspect", tmp_path / "missing.onnx")
+    assert plain.exit_code == 2 and "Traceback" not in plain.output
+
+
+def test_the_backend_is_inferred_from_the_output_name_and_said(tmp_path):
+    import onnxbridge
+
+    rep = onnxbridge.convert(f"{ROOT / 'examples' / 'models.py'}:cnn", output=tmp_path / "m.xml").report
+    assert rep["artifact"]["format"] == "openvino" and (tmp_path / "m.bin").is_file()
+    assert "--to openvino: inferred from the output's name (m.xml)" in rep["notes"]
+    rep = onnxbridge.convert(f"{ROOT / 'examples' / 'models.py'}:cnn", output=tmp_path / "m.model").report
+    assert rep["artifact"]["format"] == "onnx" and not any("inferred" in n for n in rep["notes"])
+
+
+def test_the_license_file_is_the_one_pyproject_names():
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text()
