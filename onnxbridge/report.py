@@ -176,22 +176,25 @@ def render(report: dict, console) -> None:
 
     for hop in report["hops"]:
         tol = hop["tolerance"]
-        table = Table(title=f"{hop['from']} -> {hop['to']}: {hop['status']} "
-                            f"({hop['samples']} sample(s), atol {tol['atol']:g}, rtol {tol['rtol']:g}"
-                            + (f"; {tol['reason']}" if tol.get("reason") else "") + ")",
-                      title_justify="left")
-        for col in ("output", "shape", "max abs", "max rel", "cosine", "out of tol", "needs atol", ""):
-            table.add_column(col, justify="right" if col not in ("output", "") else "left")
-        for o in hop["outputs"]:
-            mark = "[green]ok[/]" if o["passed"] else "[red]FAIL[/]"
-            if o.get("kind") == "numeric":
-                table.add_row(o["name"], "x".join(map(str, o["shape"])), f"{o['max_abs']:.2e}",
-                              f"{o['max_rel']:.2e}", f"{o['cosine']:.6f}", f"{o['mismatch_fraction']:.2%}",
-                              f"{o['required_atol']:.2e}", mark)
-            else:
-                table.add_row(o["name"], "x".join(map(str, o["shape"])), "-", "-", "-",
-                              f"{o.get('mismatch_fraction', 1):.2%}", "-", mark if "error" not in o else o["error"])
-        console.print(table)
+        title = (f"{hop['from']} -> {hop['to']}: {hop['status']} ({hop['samples']} sample(s), atol {tol['atol']:g}, "
+                 f"rtol {tol['rtol']:g}" + (f"; {tol['reason']}" if tol.get("reason") else "") + ")")
+        if not hop["outputs"]:  # skipped, or failed before any comparison: the reason follows, not an empty table
+            console.print(escape(title))
+        else:
+            table = Table(title=escape(title), title_justify="left")
+            for col in ("output", "shape", "max abs", "max rel", "cosine", "out of tol", "needs atol", ""):
+                table.add_column(col, justify="right" if col not in ("output", "") else "left")
+            for o in hop["outputs"]:
+                mark = "[green]ok[/]" if o["passed"] else "[red]FAIL[/]"
+                if o.get("kind") == "numeric":
+                    table.add_row(escape(o["name"]), "x".join(map(str, o["shape"])), f"{o['max_abs']:.2e}",
+                                  f"{o['max_rel']:.2e}", f"{o['cosine']:.6f}", f"{o['mismatch_fraction']:.2%}",
+                                  f"{o['required_atol']:.2e}", mark)
+                else:
+                    table.add_row(escape(o["name"]), "x".join(map(str, o["shape"])), "-", "-", "-",
+                                  f"{o.get('mismatch_fraction', 1):.2%}", "-",
+                                  mark if "error" not in o else escape(o["error"]))
+            console.print(table)
         for o in hop["outputs"]:
             if o.get("reason"):
                 console.print(f"[red]{escape(o['name'])}:[/] {escape(o['reason'])}")

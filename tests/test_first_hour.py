@@ -45,3 +45,18 @@ def test_the_license_file_is_the_one_pyproject_names():
     text = (ROOT / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
     assert 'license = { text = "Apache-2.0" }' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_a_skipped_hop_prints_its_reason_not_an_empty_table():
+    from rich.console import Console
+
+    from onnxbridge.report import render
+
+    console = Console(record=True, width=120)
+    hop = {"from": "onnx", "to": "tensorrt", "status": "skipped", "samples": 0, "outputs": [], "errors": [],
+           "tolerance": {"atol": 1e-4, "rtol": 1e-3, "precision": "fp32"}, "latency_s": {},
+           "notes": ["skipped: no CUDA device [cudaError 35]"]}
+    render({"hops": [hop]}, console)
+    text = console.export_text()
+    assert text.splitlines()[0] == "onnx -> tensorrt: skipped (0 sample(s), atol 0.0001, rtol 0.001)"
+    assert "┃" not in text and "[cudaError 35]" in text  # no empty table; bracketed text is not eaten as markup
