@@ -34,13 +34,18 @@ class ConvNet(paddle.nn.Layer):
         return paddle.nn.functional.softmax(self.fc(y.mean(axis=[2, 3])))
 
 
-def main(out_dir: str = "out/examples") -> int:
-    out = Path(out_dir)
+def convnet():
+    """The seeded ConvNet in eval mode and its InputSpec (batch dynamic): a factory (``convert_paddle.py:convnet``)."""
     paddle.seed(0)
     net = ConvNet()
-    spec = [paddle.static.InputSpec([None, 3, 32, 32], "float32", name="image")]
-    saved = out / "paddle_convnet" / "convnet"
     net.eval()  # saved for inference (the live layer's mode does not matter: its reference runs in eval mode)
+    return net, [paddle.static.InputSpec([None, 3, 32, 32], "float32", name="image")]
+
+
+def main(out_dir: str = "out/examples") -> int:
+    out = Path(out_dir)
+    net, spec = convnet()
+    saved = out / "paddle_convnet" / "convnet"
     paddle.jit.save(net, str(saved), input_spec=spec)  # PIR: convnet.json
     with paddle.pir_utils.OldIrGuard():
         paddle.jit.save(net, str(saved), input_spec=spec)  # the old IR: convnet.pdmodel

@@ -239,7 +239,7 @@ def test_example_factories_import_their_framework_lazily():
 
     code = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('m', sys.argv[1]); "
             "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
-            "assert callable(m.keras_cnn) and callable(m.paddle_convnet) and callable(m.sklearn_regressor); "
+            "assert callable(m.sklearn_regressor); "
             "print(sorted(n for n in ('tensorflow', 'keras', 'paddle', 'sklearn', 'torch') if n in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(ROOT / "examples" / "matrix_models.py")],
                          capture_output=True, text=True, check=True)
