@@ -196,6 +196,15 @@ def _md_cell(record: dict | None, regressed: bool) -> str:
     return f"**🔻 {text}**" if regressed else text
 
 
+def _tables(matrix: dict):
+    """Per precision: its grid, the (target, opset) columns it uses, and whether opsets need naming in the labels."""
+    columns = _columns(matrix)
+    several = len({opset for _, opset in columns}) > 1
+    for precision in _ordered(matrix, "precision"):
+        grid = _grid(matrix, precision)
+        yield precision, grid, [col for col in columns if any(col == k[1] for k in grid)], several
+
+
 def render_markdown(matrix: dict) -> str:
     """Status and counts, the regressions, then per precision a model x target table (status and worst max abs;
     ♻️: reused from the cache, —: excluded) and the reasons of the cells that did not pass."""
@@ -217,11 +226,7 @@ def render_markdown(matrix: dict) -> str:
             lines.append(f"- {MARK.get(r['status'], '')} {_code(r['name'])}: now {r['status']}"
                          + (f": {_md(why)}" if why else ""))
         lines.append("")
-    columns = _columns(matrix)
-    several = len({opset for _, opset in columns}) > 1
-    for precision in _ordered(matrix, "precision"):
-        grid = _grid(matrix, precision)
-        used = [col for col in columns if any(col == k[1] for k in grid)]
+    for precision, grid, used, several in _tables(matrix):
         lines += [f"### {_md(precision)}", "", "| model | " + " | ".join(_md(_column_label(c, several)) for c in used)
                   + " |", "|---|" + "---|" * len(used)]
         for model in _ordered(matrix, "model"):
@@ -311,11 +316,7 @@ def render_html(matrix: dict) -> str:
                         + (f": {escape(why)}" if why else "") + (" " + _link(r.get("report"), "report")
                                                                  if r.get("report") else "") + "</li>")
         body.append("</ul>")
-    columns = _columns(matrix)
-    several = len({opset for _, opset in columns}) > 1
-    for precision in _ordered(matrix, "precision"):
-        grid = _grid(matrix, precision)
-        used = [col for col in columns if any(col == k[1] for k in grid)]
+    for precision, grid, used, several in _tables(matrix):
         body.append(f'<h2>{escape(str(precision))}</h2><table class="grid"><tr><th>model</th>'
                     + "".join(f"<th>{escape(_column_label(c, several))}</th>" for c in used) + "</tr>")
         for model in _ordered(matrix, "model"):
