@@ -1,6 +1,8 @@
-"""Core ML conversion time: our ONNX -> MIL lowering vs the onnx2torch + coremltools detour, same run.
+"""Core ML conversion time: our ONNX -> MIL lowering vs the onnx2torch + coremltools detour, same run; with
+``--evaluator``, the host evaluator's latency against onnxruntime's CPU provider instead.
 
     .venv/bin/python benchmarks/bench_coreml.py [--model light_resnet50] [--repeat 3] [--json FILE]
+    .venv/bin/python benchmarks/bench_coreml.py --evaluator [--precision fp32|fp16] [--threads N] [--repeat 3]
 
 Both paths start from the same ONNX file (the light zoo model the onnx wheel ships) and end with a saved
 fp32 .mlpackage for iOS 16; imports are warmed first, then each conversion is timed ``--repeat`` times and the
@@ -11,11 +13,18 @@ onnx2torch is not a dependency (``.venv/bin/pip install --no-deps onnx2torch``).
 module level for its NMS and RoiAlign converters only; when torchvision is missing (it does not import beside
 this torch), a placeholder module stands in and fails if either converter is ever called (resnet50 uses
 neither). Without onnx2torch the script says so and prints our time alone.
+
+``--evaluator``: a ResNet-18 (the torchvision architecture written out with onnx.helper, random weights, BN after
+every conv) at 1x3x224x224 is converted to an iOS16 .mlpackage, then the host evaluator (``Runner``, what
+validation runs on Linux) and an onnxruntime CPU session of the ONNX file each run the same input once to warm up
+and ``--repeat`` times timed; the medians, their ratio and the outputs' max abs difference are printed. Goal
+(issue 20): evaluator <= 10x onnxruntime. ``--threads`` sets both BLAS's (numpy) and onnxruntime's thread count.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -116,12 +125,123 @@ def timed(fn, src: Path, repeat: int) -> list[float]:
     return times
 
 
+def resnet18(seed: int = 0, size: int = 224):
+    """ResNet-18 (basic blocks [2, 2, 2, 2], BN after each conv) as an ONNX graph with random weights."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+
+    def add(op, inputs, **attrs):
+        out = f"{op.lower()}{len(nodes)}"
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def const(a):
+        inits.append(numpy_helper.from_array(np.asarray(a, np.float32), f"w{len(inits)}"))
+        return inits[-1].name
+
+    def conv_bn(x, cin, cout, k, stride):
+        w = const(rng.standard_normal((cout, cin, k, k)) * np.sqrt(2 / (cin * k * k)))
+        y = add("Conv", [x, w], kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4)
+        stats = [1 + 0.1 * rng.standard_normal(cout), 0.1 * rng.standard_normal(cout),
+                 0.1 * rng.standard_normal(cout), 1 + 0.1 * rng.random(cout)]
+        return add("BatchNormalization", [y, *map(const, stats)])
+
+    def block(x, cin, cout, stride):
+        y = conv_bn(add("Relu", [conv_bn(x, cin, cout, 3, stride)]), cout, cout, 3, 1)
+        shortcut = conv_bn(x, cin, cout, 1, stride) if stride != 1 or cin != cout else x
+        return add("Relu", [add("Add", [y, shortcut])])
+
+    x = add("Relu", [conv_bn("input", 3, 64, 7, 2)])
+    x = add("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+    cin = 64
+    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
+        x = block(block(x, cin, cout, stride), cout, cout, 1)
+        cin = cout
+    x = add("Flatten", [add("GlobalAveragePool", [x])])
+    nodes.append(helper.make_node("Gemm", [x, const(rng.standard_normal((1000, 512)) * 0.03), const(np.zeros(1000))],
+                                  ["logits"], transB=1))
+    graph = helper.make_graph(nodes, "resnet18", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                                [1, 3, size, size])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _latency(fn, repeat: int) -> float:
+    """Median seconds of ``repeat`` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def evaluator(precision: str, repeat: int, threads: int | None) -> dict:
+    """The host evaluator vs onnxruntime (CPU) on ResNet-18 at 1x3x224x224: ms per inference, ratio, max abs diff."""
+    import contextlib
+    import io
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from onnxbridge.backends.coreml.package import Runner, build
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, pkg = Path(tmp) / "resnet18.onnx", Path(tmp) / "resnet18.mlpackage"
+        onnx.save(resnet18(), src)
+        with contextlib.redirect_stderr(io.StringIO()):
+            build(src, pkg, target="iOS16", precision=precision)
+        runner = Runner(pkg)
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        session = ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+        x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+        ours = runner({"input": x})[0]
+        ref = session.run(None, {"input": x})[0]
+        ours_s = _latency(lambda: runner({"input": x}), repeat)
+        ort_s = _latency(lambda: session.run(None, {"input": x}), repeat)
+    return {"model": "resnet18 1x3x224x224", "precision": precision, "threads": threads, "repeat": repeat,
+            "evaluator_ms": ours_s * 1e3, "onnxruntime_ms": ort_s * 1e3, "ratio": ours_s / ort_s,
+            "max_abs_diff": float(np.abs(ours.astype(np.float32) - ref).max()),
+            "max_abs_reference": float(np.abs(ref).max())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="light_resnet50")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--evaluator", action="store_true",
+                        help="time the host evaluator against onnxruntime on ResNet-18 instead")
+    parser.add_argument("--precision", choices=["fp32", "fp16"], default="fp32", help="with --evaluator")
+    parser.add_argument("--threads", type=int, help="with --evaluator: BLAS and onnxruntime threads")
     args = parser.parse_args(argv)
+    if args.evaluator:
+        if args.threads:  # before numpy loads its BLAS
+            for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                os.environ[var] = str(args.threads)
+        import logging
+        import warnings
+
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        r = evaluator(args.precision, args.repeat, args.threads)
+        print(f"{r['model']} {r['precision']} (threads {r['threads'] or 'default'}, median of {r['repeat']} after a "
+              f"warm-up)")
+        print(f"host evaluator      {r['evaluator_ms']:9.1f} ms/inference")
+        print(f"onnxruntime (CPU)   {r['onnxruntime_ms']:9.1f} ms/inference")
+        verdict = "meets" if r["ratio"] <= 10 else "misses"
+        print(f"ratio evaluator/onnxruntime {r['ratio']:.2f} ({verdict} the <= 10x goal)")
+        print(f"max abs difference {r['max_abs_diff']:.3g} (max |onnxruntime output| {r['max_abs_reference']:.3g})")
+        if args.json:
+            args.json.write_text(json.dumps(r, indent=2))
+        return 0
     import contextlib
     import io
     import logging

@@ -7,6 +7,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from onnxbridge.backends.coreml import kernels_math
+from onnxbridge.backends.coreml import kernels_window as windows
 from onnxbridge.errors import UnsupportedError
 from onnxbridge.optable import OpTable
 
@@ -18,7 +20,9 @@ DTYPES = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.
 def run(function, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Evaluate a pymil Function on named inputs; returns its outputs by name."""
     env: dict[str, Any] = {name: np.asarray(feeds[name]) for name in function.inputs}
-    for op in function.operations:
+    keep = {v.name for v in function.outputs}
+    dead = _dead_after(function.operations, keep)
+    for index, op in enumerate(function.operations):
         if op.op_type == "const":
             env[op.outputs[0].name] = np.asarray(op.outputs[0].val)
             continue
@@ -27,9 +31,34 @@ def run(function, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             raise UnsupportedError(f"the host evaluator has no kernel for MIL op '{op.op_type}'")
         args = {k: _value(v, env) for k, v in op.inputs.items()}
         result = fn(**args)
+        del args
         for var, value in zip(op.outputs, result if isinstance(result, tuple) else (result,)):
             env[var.name] = value
+        for name in dead.get(index, ()):
+            env.pop(name, None)  # no later op reads it: its memory goes back now
     return {v.name: env[v.name] for v in function.outputs}
+
+
+def _dead_after(ops, keep: set[str]) -> dict[int, list[str]]:
+    """Op index -> the non-const vars whose last reader it is (outputs in ``keep`` never die)."""
+    last: dict[str, int] = {}
+
+    def note(value, index):
+        if isinstance(value, (tuple, list)):
+            for v in value:
+                note(v, index)
+        elif getattr(value, "name", None) is not None and getattr(value, "op", None) is not None \
+                and value.op.op_type != "const":
+            last[value.name] = index
+
+    for index, op in enumerate(ops):
+        for value in op.inputs.values():
+            note(value, index)
+    dead: dict[int, list[str]] = {}
+    for name, index in last.items():
+        if name not in keep:
+            dead.setdefault(index, []).append(name)
+    return dead
 
 
 def _value(var, env):
@@ -48,12 +77,12 @@ def _s(v):
 # elementwise -----------------------------------------------------------------------------------
 UNARY = {"relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "tanh": np.tanh,
          "exp": np.exp, "sqrt": np.sqrt, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
-         "identity": lambda x: x, "cos": np.cos, "sin": np.sin, "tan": np.tan, "acos": np.arccos,
+         "identity": np.copy, "cos": np.cos, "sin": np.sin, "tan": np.tan, "acos": np.arccos,
          "asin": np.arcsin, "atan": np.arctan, "atanh": np.arctanh, "cosh": np.cosh, "sinh": np.sinh,
          "sign": np.sign, "softsign": lambda x: x / (1 + np.abs(x)),
          "silu": lambda x: x / (1 + np.exp(-x))}  # silu: what coremltools fuses x * sigmoid(x) into
 for _name, _f in UNARY.items():
-    KERNELS[_name] = (lambda f: lambda x, **_: f(x).astype(x.dtype))(_f)
+    KERNELS[_name] = (lambda f: lambda x, **_: f(x).astype(x.dtype, copy=False))(_f)
 
 
 @kernel("log")
@@ -70,9 +99,8 @@ def inverse(x, epsilon=1e-4, **_):
 
 @kernel("erf")
 def erf(x, **_):
-    from math import erf as scalar_erf
-
-    return np.vectorize(scalar_erf, otypes=[np.float64])(x).astype(x.dtype)
+    """In fp64 (``kernels_math.erf``, as ``math.erf``), rounded to x's dtype."""
+    return kernels_math.erf(x).astype(x.dtype)
 
 
 @kernel("sigmoid_hard")
@@ -98,7 +126,7 @@ def leaky_relu(x, alpha, **_):
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "real_div": np.divide, "pow": np.power,
           "maximum": np.maximum, "minimum": np.minimum, "floor_div": np.floor_divide}
 for _name, _f in BINARY.items():
-    KERNELS[_name] = (lambda f: lambda x, y, **_: f(x, y).astype(np.result_type(x, y)))(_f)
+    KERNELS[_name] = (lambda f: lambda x, y, **_: f(x, y).astype(np.result_type(x, y), copy=False))(_f)
 
 
 COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
@@ -142,17 +170,31 @@ def cast(x, dtype, **_):
 # linear algebra --------------------------------------------------------------------------------
 @kernel("matmul")
 def matmul(x, y, transpose_x=False, transpose_y=False, **_):
+    """fp16 operands are summed in fp32 and rounded once, as numpy's own fp16 matmul does (without BLAS); here
+    through BLAS on fp32 copies (made once for an operand that is a constant)."""
+    half = x.dtype == np.float16 and y.dtype == np.float16
+    if half:
+        x, y = _wide(x), _wide(y)
     if _s(transpose_x):
         x = np.swapaxes(x, -1, -2)
     if _s(transpose_y):
         y = np.swapaxes(y, -1, -2)
-    return np.matmul(x, y)
+    z = np.matmul(x, y)
+    return z.astype(np.float16) if half else z
 
 
 @kernel("linear")
 def linear(x, weight, bias=None, **_):
-    y = x @ weight.T
+    """As ``matmul`` for fp16; the bias is added to the rounded product in its dtype."""
+    if x.dtype == np.float16 and weight.dtype == np.float16:
+        y = np.matmul(_wide(x), _wide(weight).T).astype(np.float16)
+    else:
+        y = x @ weight.T
     return y + bias if bias is not None else y
+
+
+def _wide(v: np.ndarray) -> np.ndarray:
+    return windows.widened(v, np.dtype(np.float32))
 
 
 # compressed weights ----------------------------------------------------------------------------
@@ -422,96 +464,58 @@ def _padding(x, kernel: list[int], strides: list[int], dilations: list[int], pad
     return out
 
 
-def _windows(x, kernel, strides, dilations, pads, value=0.0):
-    """[N, C, *out, *kernel] views of x padded with ``value``."""
-    from numpy.lib.stride_tricks import sliding_window_view
-
-    xp = np.pad(x, [(0, 0), (0, 0), *pads], constant_values=value)
-    extent = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    axes = tuple(range(2, x.ndim))
-    win = sliding_window_view(xp, extent, axis=axes)
-    index = (slice(None), slice(None), *(slice(None, None, s) for s in strides),
-             *(slice(None, None, d) for d in dilations))
-    return win[index]
-
-
 @kernel("conv")
 def conv(x, weight, bias=None, strides=None, pad_type="valid", pad=None, dilations=None, groups=1, **_):
+    """im2col + one grouped matrix product (``kernels_window.conv``); fp16 summed in fp32, rounded once."""
     spatial = x.ndim - 2
     kernel = list(weight.shape[2:])
     strides = [int(s) for s in (strides if strides is not None else [1] * spatial)]
     dilations = [int(d) for d in (dilations if dilations is not None else [1] * spatial)]
     pads = _padding(x, kernel, strides, dilations, str(_s(pad_type)), pad)
-    win = _windows(x, kernel, strides, dilations, pads)  # N, C, *out, *k
-    g = int(_s(groups))
-    n, c = x.shape[:2]
-    out_shape = win.shape[2:2 + spatial]
-    win = win.reshape(n, g, c // g, *out_shape, *kernel)
-    w = weight.reshape(g, weight.shape[0] // g, c // g, *kernel)
-    letters = "xyzuvw"[:spatial]  # none of n, g, c, o or the kernel letters
-    kl = "pqrs"[:spatial]
-    y = np.einsum(f"ngc{letters}{kl},goc{kl}->ngo{letters}", win, w).reshape(n, weight.shape[0], *out_shape)
-    if bias is not None:
-        y = y + bias.reshape(1, -1, *([1] * spatial))
-    return y.astype(x.dtype)
+    return windows.conv(x, weight, bias, strides, dilations, pads, int(_s(groups)))
 
 
 @kernel("conv_transpose")
 def conv_transpose(x, weight, bias=None, pad=None, output_shape=None, pad_type="valid", strides=None,
                    dilations=None, groups=1, **_):
-    """Scatter-add of every input position times the kernel, then the pads cropped (custom/valid pads)."""
+    """Scatter-add of every input position times the kernel (``kernels_window.conv_transpose_full``), then the
+    pads cropped (custom/valid pads) and the bias added; fp16 summed in fp32 and rounded once."""
     spatial = x.ndim - 2
     strides = [int(s) for s in (strides if strides is not None else [1] * spatial)]
     dilations = [int(d) for d in (dilations if dilations is not None else [1] * spatial)]
-    g, (n, cin), dims, kernel = int(_s(groups)), x.shape[:2], x.shape[2:], weight.shape[2:]
-    full = [(d - 1) * s + (k - 1) * dl + 1 for d, s, k, dl in zip(dims, strides, kernel, dilations)]
-    cout = weight.shape[1] * g
-    y = np.zeros((n, g, cout // g, *full))
-    xg = x.astype(np.float64).reshape(n, g, cin // g, *dims)
-    wg = weight.astype(np.float64).reshape(g, cin // g, cout // g, *kernel)
-    for tap in np.ndindex(*kernel):
-        part = np.einsum("ngc...,gco->ngo...", xg, wg[(slice(None),) * 3 + tap])
-        at = tuple(slice(t * dl, t * dl + (d - 1) * s + 1, s) for t, dl, d, s in zip(tap, dilations, dims, strides))
-        y[(slice(None),) * 3 + at] += part
-    y = y.reshape(n, cout, *full)
     kind = str(_s(pad_type))
     if kind not in ("custom", "valid"):
         raise UnsupportedError(f"the host evaluator runs conv_transpose with custom or valid pads, not {kind}")
+    y = windows.conv_transpose_full(x, weight, strides, dilations, int(_s(groups)))
+    full = y.shape[2:]
     if kind == "custom" and pad is not None:
         p = [int(v) for v in pad]
         y = y[(slice(None), slice(None)) + tuple(slice(p[2 * i], full[i] - p[2 * i + 1]) for i in range(spatial))]
     if output_shape is not None:
         y = y[tuple(slice(0, int(d)) for d in output_shape)]
     if bias is not None:
-        y = y + bias.reshape(1, -1, *([1] * spatial))
+        y = y + bias.astype(y.dtype, copy=False).reshape(1, -1, *([1] * spatial))
     return y.astype(x.dtype)
 
 
-def _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, reduce, fill, counts=False, exclude=True):
-    kernel = [int(k) for k in kernel_sizes]
-    strides = [int(s) for s in strides]
+def _pool_pads(x, kernel: list[int], strides: list[int], pad_type, pad, ceil_mode) -> list[tuple]:
     pads = _padding(x, kernel, strides, [1] * len(kernel), str(_s(pad_type)), pad)
     if _s(ceil_mode):  # extra padding at the end so the last partial window counts
         pads = [(b, e + (s - 1)) for (b, e), s in zip(pads, strides)]
-    win = _windows(x.astype(np.float64), kernel, strides, [1] * len(kernel), pads, fill)
-    axes = tuple(range(-len(kernel), 0))
-    if not counts:
-        return reduce(win, axis=axes).astype(x.dtype)
-    ones = _windows(np.ones_like(x, dtype=np.float64), kernel, strides, [1] * len(kernel), pads, 0.0)
-    total = win.sum(axis=axes)
-    n = ones.sum(axis=axes) if exclude else np.prod(kernel)
-    return (total / n).astype(x.dtype)
+    return pads
 
 
 @kernel("max_pool")
 def max_pool(x, kernel_sizes, strides, pad_type, pad=None, ceil_mode=False, **_):
-    return _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, np.max, -np.inf)
+    kernel, strides = [int(k) for k in kernel_sizes], [int(s) for s in strides]
+    return windows.max_pool(x, kernel, strides, _pool_pads(x, kernel, strides, pad_type, pad, ceil_mode))
 
 
 @kernel("avg_pool")
 def avg_pool(x, kernel_sizes, strides, pad_type, pad=None, ceil_mode=False, exclude_padding_from_average=False, **_):
-    return _pool(x, kernel_sizes, strides, pad_type, pad, ceil_mode, np.sum, 0.0, counts=True,
-                 exclude=bool(_s(exclude_padding_from_average)))
+    kernel, strides = [int(k) for k in kernel_sizes], [int(s) for s in strides]
+    return windows.avg_pool(x, kernel, strides, _pool_pads(x, kernel, strides, pad_type, pad, ceil_mode),
+                            bool(_s(exclude_padding_from_average)))
 
 
 # recurrence ------------------------------------------------------------------------------------
