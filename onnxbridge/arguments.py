@@ -86,6 +86,8 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "input_shapes": _list_of((str, TensorSpec), "'NAME:D1,D2,...' str or TensorSpec"),
     "input_names": _list_of(str, "str"), "allow_approx": _list_of(str, "str"), "output_names": _list_of(str, "str"), "converted": _model, "model": _model,
     "renderers": _renderers,
+    "optimize": lambda v: None if isinstance(v, bool) or v in ("basic", "default") else
+    "must be True, False, 'basic' or 'default'",
 }
 
 
@@ -98,7 +100,8 @@ def check(given: Mapping[str, Any], required: Sequence[str] = ()) -> None:
             rule(value) if rule is not None and value is not None else None
         if problem:
             text, kind = repr(value), type(value).__name__
-            shown = f"{text} ({kind})" if 0 < len(text) <= 60 and "\n" not in text else f"<{kind}>"
+            plain = 0 < len(text) <= 60 and "\n" not in text and not hasattr(value, "SerializeToString")
+            shown = f"{text} ({kind})" if plain else f"<{kind}>"  # a proto's repr is its content (onnx >= 1.19)
             raise BadInputError(f"argument {name.rstrip('_')}={shown} {problem}")
 
 

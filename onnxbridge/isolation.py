@@ -1,17 +1,14 @@
-"""Keep frameworks that cannot share a process apart, and turn native crashes into errors.
+"""Keep frameworks that cannot share a process apart.
 
-``import tensorflow`` followed by ``import paddle`` in one process segfaults, and native converters
-(paddle2onnx) abort the whole process on some models. ``require_importable`` refuses the import
-order that crashes; ``call_isolated`` runs ``module:function(**kwargs)`` in a fresh worker process
-(``onnxbridge.worker``) of its own, so a crash there becomes an error with the signal and the last
-lines it printed, and the framework it imports never meets the others.
+``import tensorflow`` followed by ``import paddle`` in one process segfaults: ``require_importable`` refuses the
+import order that crashes. (Native code that can crash runs in ``onnxbridge.worker``; paddle2onnx, which aborts its
+process on some models and may live in an environment of its own, in ``frontends/paddle/p2o_child.py``.)
 """
 from __future__ import annotations
 
 import sys
-from typing import Any
 
-from onnxbridge.errors import ExportError, UnavailableError, WorkerError
+from onnxbridge.errors import UnavailableError
 
 # framework -> frameworks that must not be imported before it in the same process
 CONFLICTS: dict[str, tuple[str, ...]] = {"paddle": ("tensorflow",)}
@@ -26,22 +23,3 @@ def require_importable(framework: str) -> None:
             raise UnavailableError(
                 f"{framework} cannot be imported into a process that has already imported {other} "
                 "(the process would crash)", hint=f"convert {framework} models in a separate process")
-
-
-def call_isolated(target: str, kwargs: dict[str, Any], *, what: str, timeout: float | None = None,
-                  library: str = "") -> Any:
-    """``module:function(**kwargs)`` in a fresh worker process of its own (``worker.Worker``), stopped after.
-
-    An OnnxBridgeError raised there is raised here with the same class and message; any other exception becomes
-    an ExportError naming ``what``; a crash (signal) or a timeout is a NativeCrash naming ``what`` and ``library``.
-    """
-    from onnxbridge.worker import Worker
-
-    child = Worker()
-    try:
-        return child.request(("call", target, (), dict(kwargs)), step=what, library=library or what,
-                             timeout=timeout)
-    except WorkerError as exc:
-        raise ExportError(f"{what}: {exc}") from None
-    finally:
-        child.kill()

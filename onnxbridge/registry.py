@@ -27,6 +27,10 @@ class Plugin:
     priority: int = 100  # order in listings and in picking a frontend for a source (lower first; built-ins < 100)
     options: tuple[Option, ...] = ()  # what it takes beyond the common arguments (onnxbridge.options)
     broken: str | None = None  # why its entry point could not be loaded (the plugin is listed, never used)
+    install: str | None = None  # how to get what is missing, where ``pip install 'onnxbridge[extra]'`` is not it
+
+    def install_hint(self) -> str | None:
+        return self.install or (f"pip install 'onnxbridge[{self.extra}]'" if self.extra else None)
 
 
 def dist_version(dist: str) -> str | None:
@@ -115,8 +119,8 @@ class Registry:
             raise UnavailableError(f"{self.kind} '{name}' failed to load: {plugin.broken}")
         missing = self.missing(name)
         if missing:
-            hint = f"pip install 'onnxbridge[{plugin.extra}]'" if plugin.extra else None
-            raise UnavailableError(f"{self.kind} '{name}' needs {', '.join(missing)}, not installed", hint=hint)
+            raise UnavailableError(f"{self.kind} '{name}' needs {', '.join(missing)}, not installed",
+                                   hint=plugin.install_hint())
         try:
             module = importlib.import_module(plugin.module)
         except Exception as exc:  # a broken optional dependency must not break the CLI
@@ -146,7 +150,8 @@ class Registry:
         if plugin.broken:
             reason = f"failed to load: {plugin.broken}"
         elif missing:
-            reason = f"missing {', '.join(missing)}" + (f" (pip install 'onnxbridge[{plugin.extra}]')" if plugin.extra else "")
+            hint = plugin.install_hint()
+            reason = f"missing {', '.join(missing)}" + (f" ({hint})" if hint else "")
         elif not ok:
             reason = f"module {plugin.module} not found"
         return {"name": name, "kind": self.kind, "available": ok, "reason": reason,

@@ -60,6 +60,32 @@ def _resolve(target: str):
     return getattr(importlib.import_module(module), name)
 
 
+def said_last(printed: str, lines: int = 3) -> str:
+    """The last lines a process printed that say something: not Python's fault-handler frames nor the crash banners
+    native libraries print (their signal is named already)."""
+    noise = ("Fatal Python error", "Current thread", "Thread 0x", "  File ", "Extension modules", "Stack (most",
+             "FatalError: `", "[TimeInfo:", "[SignalInfo:", "-----", "Error Message Summary", "C++ Traceback",
+             "No stack trace")
+    plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", printed)  # onnxruntime colours its log lines
+    kept = [ln.strip() for ln in plain.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
+    return " | ".join(kept[-lines:])[:400]
+
+
+def native_crash(step: str, library: str, code: int | None, printed: str) -> NativeCrash:
+    """The NativeCrash for a process that ended with ``code`` (negative: a signal) after printing ``printed``."""
+    if code is not None and code < 0:
+        try:
+            how = f"crashed ({signal.Signals(-code).name})"
+        except ValueError:
+            how = f"crashed (signal {-code})"
+    else:
+        how = f"exited with status {code}"
+    tail = said_last(printed)
+    crash = NativeCrash(f"{step}: {library or 'native code'} {how}" + (f"; it printed: {tail}" if tail else ""))
+    crash.output = printed
+    return crash
+
+
 class Worker:
     """One child process and the socket to it. ``call`` runs ``module:function`` there; ``open`` keeps an object
     there and returns its handle. Not thread-safe: one call at a time."""
@@ -158,17 +184,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.proc.returncode
-        if code is not None and code < 0:
-            try:
-                how = f"crashed ({signal.Signals(-code).name})"
-            except ValueError:
-                how = f"crashed (signal {-code})"
-        else:
-            how = f"exited with status {code}"
-        tail = self.tail()
-        crash = NativeCrash(f"{step}: {library or 'native code'} {how}" + (f"; it printed: {tail}" if tail else ""))
-        crash.output = self.printed()
-        return crash
+        return native_crash(step, library, code, self.printed())
 
     def printed(self, limit: int = 20000) -> str:
         """The last ``limit`` bytes the worker printed (its stdout and stderr)."""
@@ -181,14 +197,7 @@ class Worker:
             return ""
 
     def tail(self, lines: int = 3) -> str:
-        """The last lines the worker printed that say something: not Python's fault-handler frames nor the
-        crash banners native libraries print (their signal is named already)."""
-        noise = ("Fatal Python error", "Current thread", "Thread 0x", "  File ", "Extension modules", "Stack (most",
-                 "FatalError: `", "[TimeInfo:", "[SignalInfo:", "-----", "Error Message Summary", "C++ Traceback",
-                 "No stack trace")
-        plain = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", self.printed())  # onnxruntime colours its log lines
-        kept = [ln.strip() for ln in plain.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
-        return " | ".join(kept[-lines:])[:400]
+        return said_last(self.printed(), lines)
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -15,8 +15,19 @@ EXAMPLES = ROOT / "examples" / "models.py"
 # Frameworks that cannot share a process (tensorflow then paddle segfaults): their tests live in
 # these folders and run in a pytest process of their own (tests/test_framework_suites.py starts it).
 ISOLATED = {"tensorflow": ROOT / "tests" / "frontends" / "tensorflow",
-            "paddle": ROOT / "tests" / "frontends" / "paddle"}
+            "paddle": ROOT / "tests" / "frontends" / "paddle",
+            "jax": ROOT / "tests" / "frontends" / "jax"}  # not a crash: jax's XLA threads and memory kept apart
 ISOLATED_ENV = "ONNXBRIDGE_TEST_FRAMEWORK"
+
+
+def missing_modules(*modules: str) -> list[str]:
+    """The modules not importable here; paddle2onnx counts as found where it runs from an environment of its own."""
+    def found(module: str) -> bool:
+        if module == "paddle2onnx":
+            from onnxbridge.frontends.paddle import environment
+            return environment.interpreter() is not None
+        return importlib.util.find_spec(module) is not None
+    return [m for m in modules if not found(m)]
 
 
 def _named_on_command_line(config, folder: Path) -> bool:

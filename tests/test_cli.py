@@ -32,7 +32,7 @@ def test_help_is_fast_and_imports_no_framework():
             "from click.testing import CliRunner; from onnxbridge.cli.main import cli;"
             "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0, r.output;"
             "r = CliRunner().invoke(cli, ['--version']); assert '0.' in r.output;"
-            "print([m for m in ('torch', 'tensorflow', 'keras', 'paddle', 'sklearn', 'onnx', 'numpy', 'rich')"
+            "print([m for m in ('torch', 'tensorflow', 'keras', 'paddle', 'jax', 'jaxlib', 'flax', 'jax2onnx', 'sklearn', 'onnx', 'numpy', 'rich')"
             " if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
@@ -52,7 +52,7 @@ def test_doctor_lists_every_plugin(cli):
     assert res.exit_code == 0
     info = json.loads(res.stdout)
     plugins = {(p["kind"], p["name"]): p for p in info["plugins"]}
-    assert {("frontend", n) for n in ("torch", "tensorflow", "paddle", "sklearn", "onnx")} | {("backend", "onnx")} \
+    assert {("frontend", n) for n in ("torch", "tensorflow", "jax", "paddle", "sklearn", "onnx")} | {("backend", "onnx")} \
         <= set(plugins)
     torch_row = plugins[("frontend", "torch")]
     assert torch_row["available"] and torch_row["versions"]["torch"].startswith("2.13.0")

@@ -5,7 +5,6 @@ this test starts one child pytest per framework and fails with the child's failu
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -13,14 +12,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.conftest import ISOLATED, ISOLATED_ENV, ROOT
+from tests.conftest import ISOLATED, ISOLATED_ENV, ROOT, missing_modules
 
-MODULES = {"tensorflow": ("tensorflow", "tf2onnx"), "paddle": ("paddle", "paddle2onnx")}
+MODULES = {"tensorflow": ("tensorflow", "tf2onnx"), "paddle": ("paddle", "paddle2onnx"), "jax": ("jax", "flax", "jax2onnx")}
 
 
 @pytest.mark.parametrize("framework", sorted(ISOLATED))
 def test_framework_suite(framework, tmp_path):
-    missing = [m for m in MODULES[framework] if importlib.util.find_spec(m) is None]
+    missing = missing_modules(*MODULES[framework])
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed")
     junit = tmp_path / "junit.xml"

@@ -32,7 +32,7 @@ def test_the_core_imports_no_plugin_package():
 
 
 @pytest.mark.parametrize("group, names", [
-    ("onnxbridge.frontends", ["torch", "tensorflow", "paddle", "sklearn", "onnx"]),
+    ("onnxbridge.frontends", ["torch", "tensorflow", "jax", "paddle", "sklearn", "onnx"]),
     ("onnxbridge.backends", ["onnx", "coreml", "dlc", "tensorrt", "openvino"]),
 ])
 def test_built_in_plugins_come_from_entry_points(group, names):

@@ -1,7 +1,8 @@
 """PaddlePaddle frontend: a live ``paddle.nn.Layer`` (with InputSpecs or sample arrays) and inference
 models from ``paddle.jit.save`` (``.json`` PIR or legacy ``.pdmodel``, each with ``.pdiparams``), named by
 the program file, the weights file, the path prefix or a folder holding one model; converted with
-paddle2onnx in a child process and checked against Paddle."""
+paddle2onnx in a child process (from an environment of its own where it is not installed here: see
+``environment``) and checked against Paddle."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -11,8 +12,11 @@ from typing import Any
 from onnxbridge.registry import Plugin
 from onnxbridge.specs import DynamicAxis, TensorSpec
 
+# paddle2onnx pins onnx<=1.17: onnxbridge[all] has Paddle, and paddle2onnx runs from an environment of its own
 PLUGIN = Plugin("paddle", "onnxbridge.frontends.paddle", requires=("paddlepaddle", "paddle2onnx"), extra="paddle",
-                priority=30,
+                toolchain="onnxbridge.frontends.paddle.environment:elsewhere", priority=30,
+                install="onnxbridge setup paddle2onnx (its own environment: it pins onnx<=1.17), or pip install "
+                        "'onnxbridge[paddle]' in an environment for Paddle alone",
                 description="PaddlePaddle nn.Layer + InputSpec, inference models (.json PIR, .pdmodel + .pdiparams)")
 
 NAME = "paddle"

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from onnxbridge.errors import BadInputError, ExportError, NativeCrash, UnsupportedError
+from onnxbridge.errors import BadInputError, ExportError
 from onnxbridge.plugins import Exported, SourceModel
-from onnxbridge.frontends.paddle.convert import MAX_OPSET, paddle2onnx_opset, paddle_message
+from onnxbridge.frontends.paddle.convert import MAX_OPSET, paddle2onnx_opset, paddle_message, to_onnx
 from onnxbridge.frontends.paddle.files import inference_files
 from onnxbridge.frontends.paddle.unsafe_ops import check_program
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, apply_overrides, as_arrays, random_sample
@@ -170,24 +170,11 @@ class PaddleModel(SourceModel):
 
         from onnxbridge.adapters import default_opset
         from onnxbridge.builder import rename_values
-        from onnxbridge.isolation import call_isolated
-        from onnxbridge.registry import dist_version
-
         if exporter not in ("auto", "paddle2onnx"):
             raise BadInputError(f"unknown exporter '{exporter}' for Paddle; known: paddle2onnx")
         program, params = self._inference_files(workdir / "paddle")
         save = workdir / "paddle2onnx.onnx"
-        try:
-            call_isolated("onnxbridge.frontends.paddle.convert:to_onnx",
-                          {"program": str(program), "params": str(params), "save_file": str(save),
-                           "opset": paddle2onnx_opset(opset), "scratch": str(workdir)}, what="paddle2onnx",
-                          library=f"paddle2onnx {dist_version('paddle2onnx')}")
-        except NativeCrash as exc:  # paddle2onnx refuses an operator it lacks by aborting its process
-            if "unsupported operators" not in exc.output:
-                raise
-            said = [ln.strip() for ln in exc.output.splitlines() if "Paddle2ONNX" in ln and ln.strip()]
-            raise UnsupportedError(f"paddle2onnx {dist_version('paddle2onnx')} cannot convert an operator of this "
-                                   f"model (it aborted, saying: {' | '.join(said[-3:])[:300]})") from None
+        converter = to_onnx(str(program), str(params), str(save), paddle2onnx_opset(opset), str(workdir))
         try:
             model = onnx.load(str(save))
         except Exception as exc:
@@ -206,7 +193,7 @@ class PaddleModel(SourceModel):
             raise BadInputError(f"{len(names)} output names for {len(self.fetch_names)} outputs")
         rename_values(model.graph, dict(zip(self.fetch_names, names)))
         label_dims(model.graph, self.dynamic)
-        return Exported(model, None, f"paddle2onnx {dist_version('paddle2onnx')}", notes)
+        return Exported(model, None, converter, notes)
 
     def _inference_files(self, folder: Path) -> tuple[Path, Path]:
         """The program and weights to convert: the layer saved with jit.save, or links to the user's files

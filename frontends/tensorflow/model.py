@@ -1,9 +1,11 @@
 """A TF source as a SourceModel: tf2onnx export of a flat tf.function, reference runs in TF."""
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 from onnxbridge.plugins import Exported, SourceModel
@@ -22,6 +24,112 @@ if TYPE_CHECKING:
     from onnxbridge.localize.probe import Sides
 
 MIN_OPSET, MAX_OPSET = 13, 18  # what tf2onnx 1.17 emits well; the builder adapts to anything else
+# weights above this many bytes take tf2onnx's large-model path (default: fileio.EXTERNAL_DATA_THRESHOLD, under
+# protobuf's 2 GiB cap on the GraphDef tf2onnx freezes and the ModelProto it builds)
+LARGE_MODEL_ENV = "ONNXBRIDGE_TF_LARGE_MODEL_BYTES"
+WEIGHTS_FILE = "tf2onnx-weights.bin"  # in the export folder (the spine's own detach writes weights.bin)
+_ALIGN = 4096
+
+
+def large_model_threshold() -> int:
+    """Weight bytes above which ``TFModel.export`` uses tf2onnx's large-model path (``$ONNXBRIDGE_TF_LARGE_MODEL_BYTES``
+    overrides the default)."""
+    from onnxbridge.fileio import EXTERNAL_DATA_THRESHOLD
+
+    value = os.environ.get(LARGE_MODEL_ENV, "").strip()
+    if not value:
+        return EXTERNAL_DATA_THRESHOLD
+    try:
+        return int(value)
+    except ValueError:
+        raise BadInputError(f"{LARGE_MODEL_ENV}={value!r} is not a number of bytes") from None
+
+
+def weight_bytes(concrete) -> int:
+    """Bytes of the variables and captured constants ``concrete`` reads: what freezing writes into the graph."""
+    def nbytes(t) -> int:
+        try:
+            return int(t.shape.num_elements() or 0) * t.dtype.size
+        except (TypeError, ValueError):  # unknown shape, or a dtype with no fixed size (strings)
+            return 0
+
+    total = sum(nbytes(v) for v in concrete.graph.variables)
+    for external, _ in concrete.graph.captures:
+        if external.dtype.name != "resource" and callable(getattr(external, "numpy", None)):
+            total += nbytes(external)
+    return total
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n:,} bytes"
+
+
+class ExternalWriter:
+    """tf2onnx's large-model path, written straight to disk: while active, tf2onnx's ``Node.get_value_attr`` (what
+    ``make_model`` calls for every constant when given an ExternalTensorStorage) writes each constant over the
+    storage's size threshold to ``folder/tf2onnx-weights.bin`` (page-aligned) as it reaches it, and points that
+    node's tensor there in place. tf2onnx's own version deep-copies every such tensor and keeps a second copy of
+    its bytes in the storage for the whole export (two extra copies of the weights); it also calls ``np.product``,
+    which numpy 2 removed.
+
+    Also, each of tf2onnx's optimizer passes (a dozen per round, two rounds or more) ends with ``update_proto`` on
+    every node, which copies a constant's tensor into its NodeProto again; protobuf's arena keeps every earlier
+    copy, so a 270 MB model peaked at 8.6 GB. A constant's NodeProto is only read when ``make_model`` rebuilds
+    it (with the storage), so the passes skip constants while the writer is active."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / WEIGHTS_FILE
+        self.offset = self.total = 0
+
+    def __enter__(self) -> Self:
+        import tf2onnx.graph
+
+        self.file = open(self.path, "wb")  # closed in __exit__
+        self.original = tf2onnx.graph.Node.get_value_attr
+        writer = self
+
+        def get_value_attr(node, external_tensor_storage=None):
+            return writer.value_attr(node, external_tensor_storage)
+
+        def update_proto(node, external_tensor_storage=None):
+            if external_tensor_storage is None and node.is_const():
+                return  # an optimizer pass: make_model rebuilds a constant's proto (see the class docstring)
+            return writer.original_update(node, external_tensor_storage)
+
+        self.original_update = tf2onnx.graph.Node.update_proto
+        tf2onnx.graph.Node.get_value_attr = get_value_attr
+        tf2onnx.graph.Node.update_proto = update_proto
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import tf2onnx.graph
+
+        tf2onnx.graph.Node.get_value_attr = self.original
+        tf2onnx.graph.Node.update_proto = self.original_update
+        self.file.close()
+
+    def value_attr(self, node, storage):
+        from onnx import AttributeProto, TensorProto
+
+        a = node.attr["value"]
+        t = a.t
+        if storage is None or a.type != AttributeProto.TENSOR or t.data_location == TensorProto.EXTERNAL or \
+                int(np.prod(t.dims)) <= storage.external_tensor_size_threshold or not t.HasField("raw_data"):
+            return a
+        raw = t.raw_data
+        self.file.write(b"\0" * (-self.offset % _ALIGN))
+        self.offset += -self.offset % _ALIGN
+        self.file.write(raw)
+        start, length = self.offset, len(raw)
+        self.offset += length
+        self.total += length
+        del raw
+        t.ClearField("raw_data")
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", WEIGHTS_FILE), ("offset", str(start)), ("length", str(length))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        return a
 
 
 def tf2onnx_opset(opset: int | None, notes: list[str]) -> int:
@@ -111,18 +219,42 @@ class TFModel(SourceModel):
             return {n: tf.identity(t) for n, t in zip(names, fn.call(list(tensors)))}
 
         use = tf2onnx_opset(opset, notes)
+        concrete = flat.get_concrete_function()
+        size = weight_bytes(concrete)
+        large = size > large_model_threshold()
+
+        writer = ExternalWriter(workdir)
+
+        def convert(large: bool):
+            with native_output_silenced(), quiet(warnings, LOGGERS), writer if large else contextlib.nullcontext():
+                return tf2onnx.convert.from_function(flat, input_signature=specs, opset=use, large_model=large,
+                                                     inputs_as_nchw=[f"{n}:0" for n in self.nchw] or None)
         try:
-            with native_output_silenced(), quiet(warnings, LOGGERS):
-                proto, _ = tf2onnx.convert.from_function(flat, input_signature=specs, opset=use,
-                                                         inputs_as_nchw=[f"{n}:0" for n in self.nchw] or None)
+            try:
+                proto, storage = convert(large)
+            except ValueError as exc:  # constants built inside the graph took it past protobuf's cap
+                if large or "2GB" not in str(exc).replace(" ", ""):
+                    raise
+                large = True
+                proto, storage = convert(large)
         except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line
             raise ExportError(f"tf2onnx failed: {type(exc).__name__}: {' '.join(str(exc).split())[:400]}") from None
-        fold_captured_constants(proto, flat.get_concrete_function(), [s.name for s in self.tf_specs], notes)
+        base_dir = None
+        del storage  # empty: the writer wrote the large tensors
+        if large:
+            base_dir = workdir
+            written = writer.total
+            threshold = large_model_threshold()
+            why = f"{_size(size)} of weights (over {_size(threshold)})" if size > threshold else \
+                "the frozen graph is over protobuf's 2 GB cap"
+            notes.append(f"{why}: exported through tf2onnx's large-model path, {_size(written)} of tensors kept "
+                         "outside the protobuf")
+        fold_captured_constants(proto, concrete, [s.name for s in self.tf_specs], notes)
         order_outputs(proto.graph, names, output_names)
         notes.extend(standardize(proto))  # TF ops tf2onnx leaves verbatim (Erfc from gelu, ...) -> standard ONNX
         if output_names:
             self.output_names = list(output_names)
-        return Exported(proto, None, f"tf2onnx {tf2onnx.__version__}", notes, warnings)
+        return Exported(proto, base_dir, f"tf2onnx {tf2onnx.__version__}", notes, warnings)
 
     def probe(self, model: onnx.ModelProto) -> Sides | None:
         """Keras layer outputs matched to ``model``'s tensors (``frontends/tensorflow/probe.py``); None for a
@@ -130,6 +262,15 @@ class TFModel(SourceModel):
         from onnxbridge.frontends.tensorflow.probe import keras_sides
 
         return keras_sides(self, model)
+
+    def release(self) -> None:
+        """Let go of the TF function and what it holds (a loaded SavedModel's variables), so that its weights are
+        freed before onnxruntime loads the ONNX model's; a live model the caller passed stays theirs. ``run`` and
+        ``export`` fail after this."""
+        import gc
+
+        self.fn = None
+        gc.collect()  # traced functions hold their captured variables in reference cycles
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         tf = import_tf()

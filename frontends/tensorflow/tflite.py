@@ -17,10 +17,12 @@ from onnxbridge.frontends.tensorflow.signatures import (
     sample_for,
     to_nhwc,
 )
+from onnxbridge.frontends.tensorflow.standard_ops import standardize
 from onnxbridge.frontends.tensorflow.tfimport import LOGGERS, import_tf
+from onnxbridge.frontends.tensorflow.tflite_graphs import TFLiteGraphs
 from onnxbridge.frontends.tensorflow.unsafe_ops import check_tflite
 
-from onnxbridge.errors import BadInputError, ExportError, UnsupportedError
+from onnxbridge.errors import BadInputError, ExportError
 from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
 
@@ -28,6 +30,13 @@ from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
 def _spec(name: str, detail: dict) -> TensorSpec:
     dims = detail.get("shape_signature", detail["shape"])
     return TensorSpec(name, tuple(None if d < 0 else int(d) for d in dims), np.dtype(detail["dtype"]).name)
+
+
+def _graphs(path: Path) -> TFLiteGraphs:
+    try:
+        return TFLiteGraphs(path)
+    except Exception as exc:  # noqa: BLE001 - a damaged flatbuffer fails in many ways
+        raise BadInputError(f"'{path.name}' is not a TFLite model: {type(exc).__name__}: {exc}"[:300]) from None
 
 
 class TFLiteModel(SourceModel):
@@ -54,8 +63,11 @@ class TFLiteModel(SourceModel):
             raise BadInputError(f"'{path.name}' is not a TFLite model: {' '.join(str(exc).split())[:200]}") from None
         signatures = self.interpreter.get_signature_list()
         self.runner = None
+        graphs = _graphs(path)
+        self.root = 0  # the subgraph the chosen signature runs (tf2onnx converts subgraph 0 as the main graph)
         if signatures:
             signature = choose_signature(list(signatures), signature, f"'{path.name}'")
+            self.root = graphs.signature_subgraph(signature)
             self.runner = self.interpreter.get_signature_runner(signature)
             ins, outs = self.runner.get_input_details(), self.runner.get_output_details()
             self.inputs = list(signatures[signature]["inputs"])
@@ -71,6 +83,8 @@ class TFLiteModel(SourceModel):
             self.inputs, self.outputs = [d["name"] for d in ins], [d["name"] for d in outs]
             specs = [_spec(d["name"], d) for d in ins]
             self.tensor_names = {n: n for n in self.inputs + self.outputs}
+        graphs.check_ops(graphs.reachable(self.root))  # control flow tf2onnx cannot convert is refused, named
+        del graphs
         self.tf_specs = apply_overrides(specs, input_shapes, dynamic, can_open=False)
         check_nchw(inputs_as_nchw, self.tf_specs)
         self.nchw = list(inputs_as_nchw)
@@ -89,20 +103,26 @@ class TFLiteModel(SourceModel):
         notes: list[str] = []
         caught: list[str] = []
         by_sig = {v: k for k, v in self.tensor_names.items()}
+        path = self.path
+        if self.root != 0:  # tf2onnx takes subgraph 0 as the main graph: convert a copy rooted at the signature's
+            path = workdir / "signature.tflite"
+            path.write_bytes(_graphs(self.path).rerooted(self.root))
+            notes.append(f"converted the signature's subgraph {self.root} and the subgraphs it calls from a copy of "
+                         "the file that starts with it")
         try:
             with native_output_silenced(), quiet(caught, LOGGERS):
                 proto, _ = tf2onnx.convert.from_tflite(
-                    str(self.path), opset=tf2onnx_opset(opset, notes),
+                    str(path), opset=tf2onnx_opset(opset, notes),
                     inputs_as_nchw=[by_sig[n] for n in self.nchw] or None)
         except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line
             raise ExportError(f"tf2onnx failed on {self.path.name}: {type(exc).__name__}: "
                               f"{' '.join(str(exc).split())[:400]}") from None
         graph_names = {v.name for v in [*proto.graph.input, *proto.graph.output]}
         if not {by_sig[n] for n in self.inputs + self.outputs} <= graph_names:
-            raise UnsupportedError(f"tf2onnx converts the main subgraph of {self.path.name}, which is not the chosen "
-                                   "signature's")
+            raise ExportError(f"tf2onnx's graph of {self.path.name} lacks the signature's inputs or outputs")
         rename_values(proto.graph, {t: n for t, n in self.tensor_names.items() if t != n})
         order_outputs(proto.graph, self.outputs, output_names)
+        notes.extend(standardize(proto))  # TF ops tf2onnx leaves verbatim -> standard ONNX, or refused by name
         if output_names:
             self.output_names = list(output_names)
         return Exported(proto, None, f"tf2onnx {tf2onnx.__version__}", notes, caught)

@@ -5,7 +5,6 @@ and checked in child processes, and the CLI runs in a child process so that a ma
 is a real test."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,7 +17,7 @@ import torch
 
 import onnxbridge
 from onnxbridge.errors import UnsafeInputError
-from tests.conftest import ROOT
+from tests.conftest import ROOT, missing_modules
 
 EXE = Path(sys.executable).with_name("onnxbridge")
 CLI = [str(EXE)] if EXE.exists() else [sys.executable, "-m", "onnxbridge.cli.main"]
@@ -47,7 +46,7 @@ def run_script(code: str, tmp: Path) -> dict:
 
 
 def needs(*modules: str):
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    missing = missing_modules(*modules)
     return pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed")
 
 
