@@ -43,7 +43,10 @@ def topk_agreement(ref: "np.ndarray", got: "np.ndarray", k: int = 5) -> float | 
 
 
 def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -> dict:
-    """Metrics for one output pair; ``passed`` uses numpy.allclose semantics with NaNs compared too."""
+    """Metrics for one output pair; ``passed`` uses numpy.allclose semantics with NaNs compared too.
+
+    Floating outputs are read in chunks of ``CHUNK`` values (float64 there, so every per-value figure is what a
+    float64 computation gives; sums accumulate in float64): no full-size float64 copy or temporary is made."""
     import numpy as np
 
     ref, got = np.asarray(ref), np.asarray(got)
@@ -60,43 +63,116 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
         frac = float(1.0 - equal.mean()) if equal.size else 0.0
         return {**res, "kind": "exact", "mismatch_fraction": frac,
                 "passed": bool(equal.all())}
-    r, g = ref.astype(np.float64), got.astype(np.float64)
-    nan_r, nan_g = np.isnan(r), np.isnan(g)
-    inf_mismatch = (np.isinf(r) != np.isinf(g)) | (np.isinf(r) & np.isinf(g) & (np.sign(r) != np.sign(g)))
-    nan_mismatch = int((nan_r != nan_g).sum())
-    both = ~(nan_r | nan_g | np.isinf(r) | np.isinf(g))
-    diff = np.abs(r - g)[both]
-    mag = np.abs(r)[both]
-    bad = (diff > atol + rtol * mag)
-    n = max(int(r.size), 1)
-    out_of_tol = int(bad.sum()) + nan_mismatch + int(inf_mismatch.sum())
-    rf, gf = r[both].ravel(), g[both].ravel()
-    denom = float(np.linalg.norm(rf) * np.linalg.norm(gf))
-    cosine = float(rf @ gf / denom) if denom > 0 else (1.0 if np.array_equal(rf, gf) else 0.0)
+    acc = _Accumulator(atol, rtol)
+    flat_r, flat_g = ref.reshape(-1), got.reshape(-1)
+    for start in range(0, flat_r.size, CHUNK):
+        acc.add(flat_r[start:start + CHUNK], flat_g[start:start + CHUNK])
+    n = max(int(ref.size), 1)
+    out_of_tol = acc.bad + acc.nan_mismatch + acc.inf_mismatch
     metrics = {
         "kind": "numeric",
-        "max_abs": float(diff.max()) if diff.size else 0.0,
-        "mean_abs": float(diff.mean()) if diff.size else 0.0,
-        "max_rel": float((diff / np.maximum(mag, 1e-12)).max()) if diff.size else 0.0,
-        "cosine": cosine,
+        "max_abs": acc.max_abs,
+        "mean_abs": acc.sum_abs / acc.count if acc.count else 0.0,
+        "max_rel": acc.max_rel if acc.count else 0.0,
+        "cosine": acc.cosine(),
         "mismatch_fraction": out_of_tol / n,
-        "nan_mismatch": nan_mismatch,
-        "nonfinite_reference": int((~np.isfinite(r)).sum()),
-        "nonfinite_output": int((~np.isfinite(g)).sum()),
+        "nan_mismatch": acc.nan_mismatch,
+        "nonfinite_reference": acc.nonfinite_ref,
+        "nonfinite_output": acc.nonfinite_out,
         # the smallest atol that would pass at this rtol (Polygraphy's "minimum required tolerance")
-        "required_atol": float(np.maximum(diff - rtol * mag, 0).max()) if diff.size else 0.0,
-        "error_histogram": error_histogram(diff),
+        "required_atol": acc.required_atol,
+        "error_histogram": acc.histogram,
     }
-    top1 = top1_agreement(r, g)
-    if top1 is not None:
-        metrics["top1_agreement"] = top1
-    top5 = topk_agreement(r, g, 5)
-    if top5 is not None:
-        metrics["top5_agreement"] = top5
-    reason = nonfinite_reason(r, g)
+    if ref.ndim == 2 and ref.shape[1] >= 2 and ref.shape[0]:  # [batch, classes]: small enough to widen whole
+        r, g = ref.astype(np.float64), got.astype(np.float64)
+        metrics["top1_agreement"] = top1_agreement(r, g)
+        top5 = topk_agreement(r, g, 5)
+        if top5 is not None:
+            metrics["top5_agreement"] = top5
+    reason = _reason_text(acc.one_sided, int(ref.size))
     if reason:
         metrics["reason"] = reason
     return {**res, **metrics, "passed": out_of_tol == 0}
+
+
+CHUNK = 1 << 15  # values per chunk: a few float64 chunk temporaries stay in the CPU's cache
+
+
+class _Accumulator:
+    """Running metrics over chunks of a (reference, output) pair; every per-value figure is computed in float64."""
+
+    def __init__(self, atol: float, rtol: float):
+        self.atol, self.rtol = atol, rtol
+        self.below = [0] * len(HISTOGRAM_EDGES)  # values under each edge (the histogram's cumulative counts)
+        self.count = self.bad = self.nan_mismatch = self.inf_mismatch = 0
+        self.nonfinite_ref = self.nonfinite_out = 0
+        self.one_sided = [0] * 5  # NaN in output only, inf in output only, NaN/inf in reference only, wrong sign
+        self.max_abs = self.max_rel = self.required_atol = 0.0
+        self.sum_abs = self.dot = self.norm_r = self.norm_g = 0.0
+        self.work: list | None = None  # the chunk buffers
+
+    def add(self, rc: "np.ndarray", gc: "np.ndarray") -> None:
+        """Take in one chunk (at most ``CHUNK`` values of each side), in float64 buffers reused from chunk to
+        chunk (fresh temporaries per chunk would each be a fresh mapping of memory, page-faulted anew)."""
+        import numpy as np
+
+        if self.work is None or len(self.work[0]) < rc.size:
+            self.work = [np.empty(max(rc.size, 1)) for _ in range(5)] + [np.empty(max(rc.size, 1), bool)
+                                                                         for _ in range(2)]
+        r, g, d, mag, tm, fin_r, fin_g = (w[:rc.size] for w in self.work)
+        np.copyto(r, rc, casting="unsafe")
+        np.copyto(g, gc, casting="unsafe")
+        np.isfinite(r, out=fin_r)
+        np.isfinite(g, out=fin_g)
+        if not (fin_r.all() and fin_g.all()):
+            self._nonfinite(r, g, fin_r, fin_g)
+            both = fin_r & fin_g
+            r, g = r[both], g[both]
+            d, mag, tm, flags = d[:r.size], mag[:r.size], tm[:r.size], fin_r[:r.size]
+        else:
+            flags = fin_r
+        if not r.size:
+            return
+        np.abs(np.subtract(r, g, out=d), out=d)
+        np.abs(r, out=mag)
+        lo, hi = float(d.min()), float(d.max())
+        self.count += d.size
+        self.sum_abs += float(d.sum())
+        self.max_abs = max(self.max_abs, hi)
+        self.max_rel = max(self.max_rel, float(np.divide(d, np.maximum(mag, 1e-12, out=tm), out=tm).max()))
+        np.multiply(mag, self.rtol, out=mag)  # |r| is not needed again: rtol * |r| from here on
+        self.required_atol = max(self.required_atol, float(np.subtract(d, mag, out=tm).max()), 0.0)
+        self.bad += int(np.count_nonzero(np.greater(d, np.add(mag, self.atol, out=tm), out=flags)))
+        # products summed by numpy (pairwise), not BLAS: its threads cost more than they give on a chunk
+        self.dot += float(np.multiply(r, g, out=tm).sum())
+        self.norm_r += float(np.multiply(r, r, out=tm).sum())
+        self.norm_g += float(np.multiply(g, g, out=tm).sum())
+        for i, edge in enumerate(HISTOGRAM_EDGES):  # only the edges inside [lo, hi] need a count
+            self.below[i] += 0 if edge <= lo else d.size if edge > hi else \
+                int(np.count_nonzero(np.less(d, edge, out=flags)))
+
+    def _nonfinite(self, r: "np.ndarray", g: "np.ndarray", fin_r: "np.ndarray", fin_g: "np.ndarray") -> None:
+        import numpy as np
+
+        nan_r, nan_g, inf_r, inf_g = np.isnan(r), np.isnan(g), np.isinf(r), np.isinf(g)
+        wrong_sign = inf_r & inf_g & (np.sign(r) != np.sign(g))
+        self.nan_mismatch += int(np.count_nonzero(nan_r != nan_g))
+        self.inf_mismatch += int(np.count_nonzero((inf_r != inf_g) | wrong_sign))
+        self.nonfinite_ref += int(r.size - np.count_nonzero(fin_r))
+        self.nonfinite_out += int(g.size - np.count_nonzero(fin_g))
+        for i, mask in enumerate((nan_g & ~nan_r, inf_g & fin_r, nan_r & ~nan_g, inf_r & fin_g, wrong_sign)):
+            self.one_sided[i] += int(np.count_nonzero(mask))
+
+    def cosine(self) -> float:
+        import math
+
+        denom = math.sqrt(self.norm_r) * math.sqrt(self.norm_g)
+        return self.dot / denom if denom > 0 else (1.0 if self.max_abs == 0 else 0.0)
+
+    @property
+    def histogram(self) -> list[int]:
+        cumulative = [*self.below, self.count]
+        return [b - a for a, b in zip(cumulative, cumulative[1:])]
 
 
 def _kind(a: "np.ndarray") -> str:
@@ -109,22 +185,27 @@ def nonfinite_reason(r: "np.ndarray", g: "np.ndarray") -> str | None:
     """Words for NaN/inf values on one side only (the metrics above cover finite values alone)."""
     import numpy as np
 
+    r, g = np.asarray(r), np.asarray(g)
+    acc = _Accumulator(0.0, 0.0)
+    acc._nonfinite(r, g, np.isfinite(r), np.isfinite(g))
+    return _reason_text(acc.one_sided, r.size)
+
+
+def _reason_text(counts: list[int], n: int) -> str | None:
+    """``nonfinite_reason``'s words from its counts: NaN and inf in the output only, in the reference only, and
+    infinities of opposite signs."""
+    nan_g, inf_g, nan_r, inf_r, wrong_sign = counts
     parts = []
-    nan_g, nan_r = np.isnan(g) & ~np.isnan(r), np.isnan(r) & ~np.isnan(g)
-    inf_g = np.isinf(g) & np.isfinite(r)
-    inf_r = np.isinf(r) & np.isfinite(g)
-    wrong_sign = np.isinf(g) & np.isinf(r) & (np.sign(g) != np.sign(r))
-    n = r.size
-    if nan_g.any():
-        parts.append(f"NaN in {int(nan_g.sum())} of {n} values where the reference has numbers")
-    if inf_g.any():
-        parts.append(f"inf in {int(inf_g.sum())} of {n} values where the reference is finite")
-    if nan_r.any():
-        parts.append(f"the reference has NaN in {int(nan_r.sum())} values where this output has numbers")
-    if inf_r.any():
-        parts.append(f"the reference has inf in {int(inf_r.sum())} values where this output is finite")
-    if wrong_sign.any():
-        parts.append(f"{int(wrong_sign.sum())} infinities of the opposite sign")
+    if nan_g:
+        parts.append(f"NaN in {nan_g} of {n} values where the reference has numbers")
+    if inf_g:
+        parts.append(f"inf in {inf_g} of {n} values where the reference is finite")
+    if nan_r:
+        parts.append(f"the reference has NaN in {nan_r} values where this output has numbers")
+    if inf_r:
+        parts.append(f"the reference has inf in {inf_r} values where this output is finite")
+    if wrong_sign:
+        parts.append(f"{wrong_sign} infinities of the opposite sign")
     return "; ".join(parts) or None
 
 

@@ -244,6 +244,101 @@ def load_onnx(path: str | Path, *, load_external_data: bool = False) -> "onnx.Mo
     return model
 
 
+def load_in_place(path: str | Path, *, min_bytes: int = _MIN_EXTERNAL_TENSOR) -> "onnx.ModelProto":
+    """A self-contained ONNX file's model whose main-graph initializers of ``min_bytes`` or more stay in the file:
+    each is marked external, located at its raw bytes inside ``path`` itself, so the weights are neither parsed
+    nor copied (the file must stay while the model is used). A file that already keeps data outside, or whose
+    initializers are not raw bytes, is loaded as ``load_onnx`` loads it."""
+    import mmap
+
+    import onnx
+
+    p = Path(path)
+    with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        try:
+            skeleton = _in_place(buf, p.name, min_bytes)
+        except (IndexError, ValueError):  # not the wire format expected: the ordinary reader says why
+            skeleton = None
+    if skeleton is None:
+        return load_onnx(p)
+    model = onnx.ModelProto()
+    model.ParseFromString(skeleton)
+    return model
+
+
+def _read_varint(buf, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _wire_fields(buf, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, start of its tag, start of its value, end) for each field of the message in
+    ``buf[start:end]``; a length-delimited value starts after its length."""
+    pos = start
+    while pos < end:
+        tag_at = pos
+        key, pos = _read_varint(buf, pos)
+        kind = key & 7
+        if kind == 0:
+            _, stop = _read_varint(buf, pos)
+        elif kind == 2:
+            length, pos = _read_varint(buf, pos)
+            stop = pos + length
+        elif kind in (1, 5):
+            stop = pos + (8 if kind == 1 else 4)
+        else:
+            raise ValueError(f"wire type {kind}")
+        if stop > end:
+            raise ValueError("field past the end of its message")
+        yield key >> 3, tag_at, pos, stop
+        pos = stop
+
+
+def _in_place(buf, location: str, min_bytes: int) -> bytes | None:
+    """The ModelProto bytes of ``buf`` with every main-graph initializer's raw_data of ``min_bytes`` or more
+    replaced by an external reference to where it lies in ``buf`` (file ``location``); None when ``buf`` already
+    refers to external data or has no such initializer."""
+    out, found = bytearray(), False
+    for number, tag_at, start, stop in _wire_fields(buf, 0, len(buf)):
+        if number != 7:  # ModelProto.graph
+            out += buf[tag_at:stop]
+            continue
+        graph = bytearray()
+        for g_number, g_tag, g_start, g_stop in _wire_fields(buf, start, stop):
+            if g_number != 5:  # GraphProto.initializer
+                graph += buf[g_tag:g_stop]
+                continue
+            tensor, raw = bytearray(), None
+            for t_number, t_tag, t_start, t_stop in _wire_fields(buf, g_start, g_stop):
+                if t_number == 14 and buf[t_start] == 1:  # data_location EXTERNAL
+                    return None
+                if t_number == 9 and t_stop - t_start >= min_bytes:  # raw_data
+                    raw = (t_start, t_stop - t_start)
+                else:
+                    tensor += buf[t_tag:t_stop]
+            if raw is not None:
+                found = True
+                for key, value in (("location", location), ("offset", str(raw[0])), ("length", str(raw[1]))):
+                    entry = _length_field(1, key.encode()) + _length_field(2, value.encode())
+                    tensor += _length_field(13, entry)  # TensorProto.external_data
+                tensor += b"\x70\x01"  # TensorProto.data_location = EXTERNAL
+            graph += _length_field(5, bytes(tensor))
+        out += _length_field(7, bytes(graph))
+    return bytes(out) if found else None
+
+
+def _length_field(number: int, value: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(value)) + value
+
+
 def _check_locations(model: "onnx.ModelProto", path: Path) -> None:
     """Refuse a model (at ``path``) whose external data leads out of its folder, before any of it is read."""
     from onnx import TensorProto
@@ -345,7 +440,7 @@ def _tensor_bytes(t: "onnx.TensorProto", base_dir: Path | None) -> bytes:
 
 def save_onnx(model: "onnx.ModelProto", path: str | Path, *, base_dir: str | Path | None = None,
               external_data: bool | None = None, threshold: int = EXTERNAL_DATA_THRESHOLD,
-              check: Callable[[Path], None] | None = None) -> list[str]:
+              check: Callable[[Path], None] | None = None, movable: bool = False) -> list[str]:
     """Write ``model`` to ``path`` atomically; weights go to ``<path>.data`` when large or asked.
 
     Returns the external data files written beside ``path`` (empty for a self-contained model).
@@ -354,17 +449,22 @@ def save_onnx(model: "onnx.ModelProto", path: str | Path, *, base_dir: str | Pat
     time, so a model over 2 GB is never serialised whole. ``check`` runs first on the model's
     skeleton (no weights read). Files are staged in a hidden folder beside ``path`` and renamed
     into place only when complete. ``model`` is not modified.
+
+    ``movable``: ``base_dir``'s files are scratch the caller owns. An external data file there that holds the
+    model's tensors (and little else) then becomes ``<path>.data`` by a hard link, not a copy (it may be appended
+    to); where no link can be made (another file system) the tensors are copied.
     """
     path = Path(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(path.parent)
-        written = _save(model, path, Path(base_dir) if base_dir else None, external_data, threshold, check)
+        written = _save(model, path, Path(base_dir) if base_dir else None, external_data, threshold, check,
+                        movable)
     return [f"{path.name}.data"] if written else []
 
 
 def _save(model: "onnx.ModelProto", path: Path, base: Path | None, external_data: bool | None, threshold: int,
-          check: Callable[[Path], None] | None) -> bool:
+          check: Callable[[Path], None] | None, movable: bool = False) -> bool:
     """``save_onnx`` once ``path``'s folder is there: whether the weights went to ``<path>.data``."""
     import onnx
 
@@ -376,7 +476,8 @@ def _save(model: "onnx.ModelProto", path: Path, base: Path | None, external_data
         out = onnx.ModelProto()
         out.CopyFrom(model)
         if not inline or out.ByteSize() >= PROTOBUF_LIMIT:
-            written = _externalize(out, base, staging / data_name, data_name)
+            linked = movable and base is not None and _link_external(out, base, staging / data_name, data_name)
+            written = linked or _externalize(out, base, staging / data_name, data_name)
             base = staging
         else:
             written = False
@@ -543,14 +644,55 @@ def _write_inline(model: "onnx.ModelProto", base_dir: Path | None, dest: Path) -
             _copy_range(src, offset, length, f)
 
 
-def _externalize(model: "onnx.ModelProto", base_dir: Path | None, data_path: Path, location: str) -> bool:
-    """Move every tensor of 1 KiB or more (and every already-external one) into ``data_path``."""
+# a scratch data file is linked as the output's when the model uses at least this share of its bytes (the rest is
+# alignment padding, or tensors the builder dropped)
+LINK_MIN_USED = 0.9
+
+
+def _link_external(model: "onnx.ModelProto", base_dir: Path, data_path: Path, location: str) -> bool:
+    """Make ``data_path`` a hard link to the one file under ``base_dir`` that holds all of the model's external
+    tensors, point them at it by ``location`` (offsets unchanged) and append the inline tensors of 1 KiB or more;
+    False (nothing done) when they live in several files, the file is mostly bytes the model does not use, or no
+    link can be made (another file system, a file system without links)."""
+    from onnx import TensorProto
+
+    tensors = [t for t in iter_tensors(model) if t.data_location == TensorProto.EXTERNAL]
+    ranges = [_external_range(t, base_dir) for t in tensors]
+    files = {os.path.realpath(src) for src, _, _ in ranges}
+    if len(files) != 1:
+        return False
+    src = Path(files.pop())
+    if src.suffix == ".onnx":  # a model file read in place (``load_in_place``): its graph lies among the weights
+        return False
+    used = sum(length for _, length in {(offset, length) for _, offset, length in ranges})
+    if used < LINK_MIN_USED * src.stat().st_size:
+        return False
+    try:
+        os.link(src, data_path)
+    except OSError:
+        return False
+    for t, (_, offset, length) in zip(tensors, ranges):
+        del t.external_data[:]
+        for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+    _externalize(model, None, data_path, location, append=True)
+    return True
+
+
+def _externalize(model: "onnx.ModelProto", base_dir: Path | None, data_path: Path, location: str, *,
+                 append: bool = False) -> bool:
+    """Move every tensor of 1 KiB or more (and every already-external one) into ``data_path``; ``append``: the
+    inline ones go after what ``data_path`` holds, and the external ones stay as they are (already in it)."""
     from onnx import TensorProto
 
     written = False
-    with open(data_path, "wb") as data:
+    with open(data_path, "r+b" if append else "wb") as data:
+        data.seek(0, os.SEEK_END)
         for t in iter_tensors(model):
             is_ext = t.data_location == TensorProto.EXTERNAL
+            if is_ext and append:
+                continue
             if not is_ext and (t.data_type == TensorProto.STRING or tensor_nbytes(t) < _MIN_EXTERNAL_TENSOR):
                 continue
             data.write(b"\0" * (-data.tell() % _ALIGN))

@@ -68,6 +68,10 @@ class SourceModel(ABC):
         maps onto them."""
         return None
 
+    def release(self) -> None:
+        """Let the framework model go (its weights freed) once nothing will run it again: the spine calls this
+        before onnxruntime loads the exported weights, so the two never hold them at once. Default: keep it."""
+
     def info(self) -> dict:
         return {"frontend": self.frontend, "framework": self.framework, "kind": self.kind, "description": self.description,
                 "inputs": [s.as_dict() for s in self.input_specs],

@@ -9,12 +9,12 @@ from pathlib import Path
 from onnxbridge._version import __version__
 from onnxbridge.registry import dist_version
 
-SCHEMA_VERSION = "1.6"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
+SCHEMA_VERSION = "1.7"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
 # 1.3: hops compared with the source too (vs_source), introduced_by, skipped hops with skipped_reason, check
 # --targets (targets), backend artifacts without opset/ir_version; 1.4: artifact.precision (what was applied), hop
 # runtimes (what ran) and artifact_checked/artifact_check, output reason (NaN/inf) and reference_dtype; 1.5: check
 # --targets hints (per blocker) and rewrites (legalization rules a build applies); 1.6: hop localization (the
-# first divergent node of a failed hop, the trace of compared intermediates)
+# first divergent node of a failed hop, the trace of compared intermediates); 1.7: artifact.optimization (--optimize)
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
 
 

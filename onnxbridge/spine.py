@@ -126,14 +126,24 @@ def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> lis
 
 
 def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict, count: int = 1,
-         seed: int = 0, latency_runs: int = 0) -> tuple[dict, list[Sample], Any, Any]:
+         seed: int = 0, latency_runs: int = 0, release: bool = False) -> tuple[dict, list[Sample], Any, Any]:
     """The first hop, source -> ONNX; also the samples every later hop uses, the source's outputs on them
-    (computed once, shared by every hop) and the ONNX model's runner (the later hops' reference)."""
-    from onnxbridge import runtime
+    (computed once, shared by every hop) and the ONNX model's runner (the later hops' reference).
 
+    ``release``: the source's outputs on every sample are computed first and the source model is let go (its
+    ``release()``) before the onnxruntime session opens, so the two never hold the
+    weights at once; nothing may run the source model after this hop."""
+    from onnxbridge import runtime
+    from onnxbridge.validation import SourceOutputs, validate_hop
+
+    samples = _samples(src, samples_from, _onnx_inputs(model_path), count, seed)
+    report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
+    source = SourceOutputs(src.run, _source_ran(src))
+    if release:
+        source.prefetch(samples)
+        src.release()
     candidate = runtime.open(model_path, what=f"the onnxruntime session of {_shown(model_path)}")
-    hop, samples, source = _source_hop(src, "onnx", candidate, candidate.input_specs, candidate.output_names,
-                                       samples_from, tol, report, count, seed, latency_runs)
+    hop = validate_hop(src.frontend, "onnx", source, candidate, samples, candidate.output_names, tol, latency_runs)
     hop["errors"] += _check_dynamic(src, candidate.input_specs)
     if hop["errors"]:
         hop["status"], hop["passed"] = "failed", False
@@ -151,6 +161,26 @@ def _source_hop(src: "SourceModel", to: str, candidate, inputs: Sequence[TensorS
     source = SourceOutputs(src.run, _source_ran(src))
     hop = validate_hop(src.frontend, to, source, candidate, samples, output_names, tol, latency_runs)
     return hop, samples, source
+
+
+def _onnx_inputs(path: Path) -> list[TensorSpec]:
+    """The ONNX model's inputs (initializers aside) as onnxruntime lists them, read from the file's graph
+    (no weights read, inline ones neither: ``load_in_place``; no session)."""
+    import onnx
+
+    from onnxbridge.fileio import load_in_place
+
+    graph = load_in_place(path).graph
+    inits = {t.name for t in graph.initializer}
+    specs = []
+    for i in graph.input:
+        if i.name in inits:
+            continue
+        tensor = i.type.tensor_type
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor.elem_type else None
+        specs.append(TensorSpec(i.name, tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                                              for d in tensor.shape.dim), dtype))
+    return specs
 
 
 def _source_ran(src: "SourceModel") -> str:
@@ -303,7 +333,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, ou
             trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
             latency_runs: int = 0, seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
             progress: bool = False, target: str | None = None, renderers: dict | None = None,
-            localize: bool | str | None = None, **options: Any) -> ConversionResult:
+            localize: bool | str | None = None, optimize: bool | str = False, **options: Any) -> ConversionResult:
     """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
 
     ``source``: a live model (nn.Module, ExportedProgram, ScriptModule, ModelProto), a file path, or
@@ -319,7 +349,9 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, ou
     (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances. ``renderers``: more
     reports to write, format (junit, markdown, html) -> path. No output may name another or an input's file.
     ``localize``: on a failed hop, find the first node whose output diverges (``hop["localization"]``): True or
-    "auto" for failed hops, "on" for every hop, False/None (default) for none.
+    "auto" for failed hops, "on" for every hop, False/None (default) for none. ``optimize``: simplify the graph
+    (onnxbridge.optimize: True or "default", or "basic") and validate the result against the unoptimized graph as a
+    hop of its own (``artifact["optimization"]`` records what was removed).
     """
     arguments.check({**locals(), **options})
     run = _Conversion.plan(source, sample_inputs, to=to, output=output, opset=opset, dynamic=dynamic,
@@ -327,7 +359,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, ou
                            output_names=output_names, exporter=exporter, from_=from_, trust=trust,
                            precision=precision, atol=atol, rtol=rtol, samples=samples, latency_runs=latency_runs,
                            seed=seed, external_data=external_data, report=report, progress=progress, target=target,
-                           renderers=renderers, localize=localize, options=options)
+                           renderers=renderers, localize=localize, optimize=optimize, options=options)
     return run.run()
 
 
@@ -365,14 +397,16 @@ class _Conversion:
     steps: Progress
     localize: str = "off"
     inferred: str | None = None  # how ``to`` was chosen when not given (a note)
+    optimize: str | None = None  # the optimizer's level, None for none
+    optimization: dict | None = None  # what the optimizer removed (artifact["optimization"])
     timings: dict = field(default_factory=dict)
     written: list = field(default_factory=list)  # what is at the output paths: removed if the run ends in an error
 
     @classmethod
     def plan(cls, source: Any, sample_inputs: Any, *, to: str, output, opset, dynamic, validate, inputs,
              input_shapes, input_names, output_names, exporter, from_, trust, precision, atol, rtol, samples,
-             latency_runs, seed, external_data, report, progress, target, renderers, localize, options: dict
-             ) -> "_Conversion":
+             latency_runs, seed, external_data, report, progress, target, renderers, localize, options: dict,
+             optimize: bool | str = False) -> "_Conversion":
         """Everything refused before any work: unknown backend, foreign options, precision, target, opset, paths."""
         from onnxbridge.localize.hops import mode_of
         from onnxbridge.plugins import BACKENDS
@@ -414,7 +448,8 @@ class _Conversion:
         return cls(source, sample_inputs, to, backend, out_path, opset, validate, inputs,
                    InputSpec.parse(input_shapes, dynamic), input_names, output_names, exporter, from_, trust,
                    precision, tol, samples, latency_runs, seed, external_data, report, renderers, target, calibration,
-                   options, backend_options, Progress(progress), mode, inferred)
+                   options, backend_options, Progress(progress), mode, inferred,
+                   ("default" if optimize is True else optimize) or None)
 
     @contextmanager
     def _stage(self, key: str | None, title: str):
@@ -433,12 +468,15 @@ class _Conversion:
             try:
                 with workdir() as scratch:
                     exported = self.export(src, scratch)
+                    if not self.validate:
+                        src.release()  # nothing runs the source model again: its weights can go now
                     model, base_dir, before = self.finalize(src, exported, scratch)
+                    model, unoptimized = self.optimize_graph(model, base_dir, scratch)
                     dest = self.write(model, base_dir, scratch)
                     del model
                     reference, built = self.build(src, dest, scratch)
                     if self.validate:
-                        self.check(src, reference, before, built)
+                        self.check(src, reference, before, built, unoptimized)
                     if self.out_path is None:
                         from onnxbridge.fileio import load_onnx
 
@@ -506,6 +544,31 @@ class _Conversion:
                                          "edges)")
         return model, base_dir, before
 
+    def optimize_graph(self, model: "onnx.ModelProto", base_dir: Path | None, scratch: Path
+                       ) -> tuple["onnx.ModelProto", Path | None]:
+        """``--optimize``: the simplified graph, and the unoptimized one kept in scratch for its hop (None when
+        nothing is optimized or validated). Its weights stay where they are (external data is referenced)."""
+        if self.optimize is None:
+            return model, None
+        from onnxbridge.optimize import optimize_model
+
+        with self._stage("optimize", "Optimizing the graph"):
+            kept = None
+            if self.validate:  # beside the weights it references (or alone, where they are inline)
+                if model.ByteSize() > 2**31 - 1 or (base_dir is not None and scratch not in (base_dir,
+                                                                                            *base_dir.parents)):
+                    self.rep["notes"].append("the graph before --optimize could not be kept for a hop of its own "
+                                             "(its weights live outside the scratch folder): the first hop checks "
+                                             "the optimized graph")
+                else:
+                    kept = (base_dir or scratch) / "before-optimize.onnx"
+                    kept.write_bytes(model.SerializeToString())
+            model, record = optimize_model(model, level=self.optimize, base_dir=base_dir)
+        self.optimization = record
+        self.rep["notes"].append(f"--optimize ({record['level']}, {record['library']}): {record['before']} nodes -> "
+                                 f"{record['after']}")
+        return model, kept
+
     def write(self, model: "onnx.ModelProto", base_dir: Path | None, scratch: Path) -> Path:
         """The ONNX model every backend builds from: in the scratch folder, or at the output itself where the
         backend's artifact is that ONNX model (``ONNX_ARTIFACT``: written once, where it stays)."""
@@ -515,11 +578,15 @@ class _Conversion:
         at_output = self.out_path is not None and getattr(self.backend, "ONNX_ARTIFACT", False)
         dest = self.out_path if at_output else scratch / "model.onnx"
         with self._stage("write", f"Writing {dest.name}"):
+            # the weights in this run's scratch folder are linked to the output, not copied, where they can be
             files = save_onnx(model, dest, base_dir=base_dir, external_data=self.external_data,
-                              check=builder.check_file)
+                              check=builder.check_file,
+                              movable=base_dir is not None and scratch in (base_dir, *base_dir.parents))
             if at_output:
                 self.written += [dest, *(dest.parent / f for f in files)]
         self.rep["artifact"] = _artifact(dest, "onnx", model, files)
+        if self.optimize is not None:
+            self.rep["artifact"]["optimization"] = self.optimization
         return dest
 
     def build(self, src: "SourceModel", dest: Path, scratch: Path):
@@ -559,18 +626,33 @@ class _Conversion:
         self.rep["artifact"] = artifact
         return (self.out_path if built.same_graph else dest), built
 
-    def check(self, src: "SourceModel", reference: Path, before, built) -> None:
-        """The hops: source -> ONNX, the adapters' (when they ran), and the backend's (unless its artifact is the
-        ONNX model the first hop ran)."""
+    def check(self, src: "SourceModel", reference: Path, before, built, unoptimized: Path | None = None) -> None:
+        """The hops: source -> the written ONNX model; the adapters' (when they ran: the exporter's model against
+        theirs); the optimizer's (with --optimize: the graph before it against the written one); and the backend's
+        (unless its artifact is the ONNX model the first hop ran). The later hops tell which step made a difference
+        the first hop found."""
+        from onnxbridge import runtime
         from onnxbridge.localize import hops as localizing
 
         with self._stage("validate", "Validating against the source framework"):
+            # the source model is let go before onnxruntime loads the weights, unless localization or latency
+            # figures will run it again
             hop, used, source, onnx_runner = _hop(src, reference, self.inputs, self.tol, self.rep, self.samples,
-                                                  self.seed, self.latency_runs)
+                                                  self.seed, self.latency_runs,
+                                                  release=self.localize == "off" and not self.latency_runs)
             self.rep["hops"].append(hop)
+            adapted = onnx_runner if unoptimized is None else \
+                runtime.open(unoptimized, what="the onnxruntime session of the graph before --optimize")
             if before is not None:  # attribute a difference to the exporter or to the opset adapters
-                self.rep["hops"].append(_onnx_hop(before, onnx_runner, self.rep["artifact"]["opset"], used, self.tol,
+                self.rep["hops"].append(_onnx_hop(before, adapted, self.rep["artifact"]["opset"], used, self.tol,
                                                   source))
+            if unoptimized is not None:  # or to the optimizer
+                from onnxbridge.validation import validate_hop
+
+                opset = self.rep["artifact"]["opset"]
+                self.rep["hops"].append(validate_hop(f"onnx@{opset}", f"onnx@{opset}:optimized", adapted, onnx_runner,
+                                                     used, onnx_runner.output_names, self.tol, source=source))
+            del adapted
             if built is not None and not built.same_graph:
                 self.rep["hops"].append(_backend_hop(self.to, onnx_runner, reference, self.out_path, used, self.tol,
                                                      built.runner, source, self.latency_runs))
@@ -583,9 +665,13 @@ class _Conversion:
             localizing.attach(first, self.localize, lambda: localizing.source_to_onnx(
                 src, reference, _used_by(first, used), localizing.tolerance_of(first), mapped_on), self.steps)
             for h in later:
-                if before is not None and h["from"].startswith("onnx@"):
+                if h["to"].endswith(":optimized"):
                     localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_onnx(
-                        before[0], reference, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
+                        unoptimized, reference, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
+                elif before is not None and h["from"].startswith("onnx@"):
+                    localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_onnx(
+                        before[0], unoptimized or reference, _used_by(h, used), localizing.tolerance_of(h)),
+                        self.steps)
                 else:
                     localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_backend(
                         self.to, reference, self.out_path, _used_by(h, used), localizing.tolerance_of(h)), self.steps)

@@ -108,7 +108,8 @@ def median_latency(run: Runner, feeds: Mapping[str, Any], runs: int) -> float | 
 class SourceOutputs:
     """The source framework's outputs, computed once per sample and shared by every hop (a sample it cannot
     run raises the same error each time it is asked). ``last_seconds`` is the time of the last call when it
-    computed, None when it answered from its cache; ``fresh`` always computes."""
+    computed (or of the ``prefetch`` that computed it, on the first call that asks), None when it answered from
+    its cache; ``fresh`` always computes."""
 
     def __init__(self, run: Runner, what_ran: str | None = None):
         self.run = run
@@ -116,17 +117,30 @@ class SourceOutputs:
         self.what_ran = what_ran
         self.last_seconds: float | None = None
         self._cache: dict[int, Any] = {}
+        self._untold: dict[int, float] = {}  # prefetched: seconds not yet reported by a call
+
+    def prefetch(self, samples: Sequence[Sample]) -> None:
+        """Compute the outputs on every sample now (so the source model can be let go before the candidate's
+        runtime loads); an error is kept for the call that asks."""
+        for sample in samples:
+            key = id(sample.feeds)
+            if key not in self._cache:
+                self._compute(sample.feeds)
+                self._untold[key] = self.last_seconds
+
+    def _compute(self, feeds: Mapping[str, Any]) -> None:
+        t = time.perf_counter()
+        try:
+            self._cache[id(feeds)] = (self.run(feeds), None)
+        except Exception as exc:  # noqa: BLE001 - re-raised for every hop that asks
+            self._cache[id(feeds)] = (None, exc)
+        self.last_seconds = time.perf_counter() - t
 
     def __call__(self, feeds: Mapping[str, Any]) -> list:
         key = id(feeds)
-        self.last_seconds = None
+        self.last_seconds = self._untold.pop(key, None)
         if key not in self._cache:
-            t = time.perf_counter()
-            try:
-                self._cache[key] = (self.run(feeds), None)
-            except Exception as exc:  # noqa: BLE001 - re-raised for every hop that asks
-                self._cache[key] = (None, exc)
-            self.last_seconds = time.perf_counter() - t
+            self._compute(feeds)
         outputs, error = self._cache[key]
         if error is not None:
             raise error

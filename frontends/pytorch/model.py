@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from onnxbridge.errors import BadInputError, ExportError, OnnxBridgeError, first_line
+from onnxbridge.fileio import load_in_place
 from onnxbridge.plugins import Exported, SourceModel
-from onnxbridge.frontends.pytorch import archives, unsafe_ops
+from onnxbridge.frontends.pytorch import archives, script_hints, unsafe_ops
 from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array, vary_dynamic
 
@@ -118,7 +119,6 @@ class TorchModel(SourceModel):
                 if not -rank <= d.axis < rank:
                     raise BadInputError(f"--dynamic {d.name}:{d.axis}: input '{d.name}' has rank {rank}")
         self.dynamic = list(dynamic)
-        self._reference0: list[np.ndarray] | None = None
 
     # construction ---------------------------------------------------------------------------
     @classmethod
@@ -163,19 +163,17 @@ class TorchModel(SourceModel):
             if len(input_names) != tensor_count:
                 raise BadInputError(f"{len(input_names)} input names given for {tensor_count} tensor inputs")
             names = list(input_names)
-        model = cls(module, kind=kind_label, description=description, args=tuple(args), kwargs=dict(kwargs),
-                    names=names, dynamic=dynamic, program=program)
-        try:
-            model._reference0 = model._forward(model.args, model.kwargs)
-        except Exception as exc:
-            raise BadInputError(f"the model fails on inputs {model.sample.shapes()}: {first_line(exc)}") from None
-        return model
+        # no forward here: a conversion without validation runs the module only inside the exporter
+        return cls(module, kind=kind_label, description=description, args=tuple(args), kwargs=dict(kwargs),
+                   names=names, dynamic=dynamic, program=program)
 
     # running ---------------------------------------------------------------------------------
     def _value(self, slot: int | str) -> Any:
         return self.args[slot] if isinstance(slot, int) else self.kwargs[slot]
 
     def _forward(self, args: tuple, kwargs: dict) -> list[np.ndarray]:
+        if self.module is None:
+            raise RuntimeError("the torch model was released (its weights freed) and cannot run again")
         with eval_mode(self.module):
             out = self.module(*args, **kwargs)
         leaves = torch.utils._pytree.tree_leaves(out)
@@ -206,6 +204,22 @@ class TorchModel(SourceModel):
         """A fresh forward on ``feeds`` (never a cached answer: validation times these calls)."""
         return self._forward(*self._with_feeds(feeds))
 
+    def release(self) -> None:
+        """Let go of the module and program, so their weights can be freed once nothing else holds them (a live
+        module the caller passed stays theirs, untouched); ``run`` and ``export`` fail after this."""
+        import gc
+
+        self.module = self.program = None
+        gc.collect()  # the exporter's traces hold the parameters in reference cycles
+
+    def _fails_on_sample(self) -> str | None:
+        """Why the module cannot run on its sample inputs (one line), or None when it runs."""
+        try:
+            self._forward(self.args, self.kwargs)
+        except Exception as exc:  # noqa: BLE001 - any failure of the user's forward is the answer
+            return script_hints.interpreter_error(exc)
+        return None
+
     # export ----------------------------------------------------------------------------------
     def _tensors_only(self) -> bool:
         """True when every forward parameter is given, as a tensor (what the tracer handles as is)."""
@@ -232,7 +246,8 @@ class TorchModel(SourceModel):
         # Below 18 the TorchScript exporter emits the opset natively; dynamo emits 18 and converts down.
         return ["torchscript", "dynamo"] if opset is not None and opset < 18 else ["dynamo", "torchscript"]
 
-    def _dynamic_axes(self, output_names: Sequence[str]) -> dict[str, dict[int, str]]:
+    def _dynamic_axes(self, output_names: Sequence[str] | None) -> dict[str, dict[int, str]]:
+        output_names = output_names or ()
         axes: dict[str, dict[int, str]] = {}
         for d in self.dynamic:
             if d.name in self.sample.feeds:
@@ -259,8 +274,10 @@ class TorchModel(SourceModel):
         untried, the dynamo export replaces it if that one passes the same check."""
         import onnx
 
-        outputs = list(output_names) if output_names else (
-            ["output"] if len(self._reference0 or []) == 1 else [f"output_{i}" for i in range(len(self._reference0 or []))])
+        outputs = list(output_names) if output_names else None
+        if outputs is None and any(d.name not in self.sample.feeds for d in self.dynamic):
+            # a --dynamic axis names an output by its default name: the exporter needs the names up front
+            outputs = _default_output_names(len(self._forward(self.args, self.kwargs)))
         input_names = [n for _, n in self.slots]
         notes: list[str] = []
         caught: list[str] = []
@@ -277,8 +294,16 @@ class TorchModel(SourceModel):
                 notes.append(f"fell back to the {name} exporter after: {failures[0]}")
             if exporter == "auto" and name == "torchscript" and "dynamo" in order[i + 1:] and self.dynamic:
                 name, path = self._second_opinion(workdir, path, opset, input_names, outputs, notes, caught)
-            model = onnx.load(str(path), load_external_data=False)
+            # a TorchScript export holds its weights inline: they stay in its file, read in place (not parsed)
+            model = load_in_place(path) if name == "torchscript" else onnx.load(str(path), load_external_data=False)
+            if outputs is None:
+                _name_outputs(model)
             return Exported(model, workdir, f"torch.onnx.export ({name})", notes, caught)
+        problem = self._fails_on_sample()  # the module itself, not the exporters, may be what fails
+        if problem is not None:
+            ints = script_hints.integer_hint(self.module, {k: (tuple(v.shape), str(v.dtype))
+                                                           for k, v in self.sample.feeds.items()})
+            raise BadInputError(f"the model fails on inputs {self.sample.shapes()}: {problem}", hint=ints)
         raise ExportError("torch export failed: " + "; ".join(failures))
 
     def _export_quietly(self, name: str, path: Path, opset: int | None, input_names: list[str],
@@ -393,7 +418,7 @@ class TorchModel(SourceModel):
         return shapes
 
     def _export_with(self, exporter: str, path: Path, opset: int | None, input_names: list[str],
-                     output_names: list[str], notes: list[str]) -> None:
+                     output_names: list[str] | None, notes: list[str]) -> None:
         common = dict(input_names=input_names, output_names=output_names, opset_version=opset)
         if exporter == "dynamo":
             target = self.program if self.program is not None else self.module
@@ -422,6 +447,59 @@ class TorchModel(SourceModel):
             with native_output_silenced(), extra_symbolics(opset):
                 torch.onnx.export(target, args, str(path), dynamo=False, do_constant_folding=True,
                                   dynamic_axes=self._dynamic_axes(output_names) or None, **common)
+
+
+def _default_output_names(count: int) -> list[str]:
+    """What the outputs are called when no --output-name is given: ``output``, or ``output_0``, ``output_1``, ..."""
+    return ["output"] if count == 1 else [f"output_{i}" for i in range(count)]
+
+
+def _name_outputs(model: "onnx.ModelProto") -> None:
+    """Give ``model``'s graph outputs their default names (``_default_output_names``), as the exporter would have
+    had it known their count: each output's value is renamed wherever it is used (subgraphs too), a value already
+    holding a wanted name is renamed out of the way, and an output that is also a graph input, an initializer or
+    an earlier output gets an Identity instead. A wanted name held by a graph input or initializer is not taken."""
+    import onnx
+
+    from onnxbridge.fileio import graphs
+
+    graph = model.graph
+    wanted = _default_output_names(len(graph.output))
+    if [o.name for o in graph.output] == wanted:
+        return
+    fixed = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    taken = set(fixed) | {o for g in graphs(graph) for n in g.node for o in n.output} | \
+        {i.name for g in graphs(graph) for i in g.input}
+    renames: dict[str, str] = {}
+    identities: list[tuple[str, str]] = []
+    renamed_outputs = {o.name for o, w in zip(graph.output, wanted) if o.name != w}
+    seen: set[str] = set()
+    for out, want in zip(graph.output, wanted):
+        name = out.name
+        if name == want or want in fixed:
+            seen.add(name)
+            continue
+        if want in taken and want not in renamed_outputs:  # an inner value has the name: move it aside
+            fresh = next(f"{want}__{k}" for k in range(1, len(taken) + 2) if f"{want}__{k}" not in taken)
+            renames[want] = fresh
+            taken.add(fresh)
+        if name in fixed or name in seen:
+            identities.append((name, want))
+        else:
+            renames[name] = want
+        seen.add(name)
+        out.name = want
+    for g in graphs(graph):
+        for node in g.node:
+            node.input[:] = [renames.get(v, v) for v in node.input]
+            node.output[:] = [renames.get(v, v) for v in node.output]
+        for info in g.value_info:
+            info.name = renames.get(info.name, info.name)
+        if g is not graph:
+            for o in g.output:
+                o.name = renames.get(o.name, o.name)
+    graph.node.extend(onnx.helper.make_node("Identity", [renames.get(src, src)], [dst], name=f"{dst}_Identity")
+                      for src, dst in identities)
 
 
 def _drop_runtime_allowzero(path: Path) -> int:
@@ -485,7 +563,11 @@ def _load_file(path: Path, trust: bool) -> tuple[Any, str, str]:
             (lambda: unsafe_ops.load_torchscript(path))
         return _call(load, f"cannot load '{path}'"), "TorchScript", f"TorchScript archive {path.name}"
     archives.require_trust(path, "is a pickle written by torch.save", trust)
-    obj = _call(lambda: torch.load(path, map_location="cpu", weights_only=False), f"cannot unpickle '{path}'")
+    from onnxbridge.sources import importable_beside, missing_module_hint
+
+    with importable_beside(path):  # a class defined in a .py beside the pickle
+        obj = _call(lambda: torch.load(path, map_location="cpu", weights_only=False), f"cannot unpickle '{path}'",
+                    hint=lambda exc: missing_module_hint(exc, path))
     if isinstance(obj, Mapping):
         raise BadInputError(f"'{path}' holds a state_dict, not a model: use a factory "
                             "(module.py:function) that builds the model and loads it")
@@ -494,13 +576,13 @@ def _load_file(path: Path, trust: bool) -> tuple[Any, str, str]:
     return obj, "pickled nn.Module", f"pickled {type(obj).__name__} from {path.name}"
 
 
-def _call(fn, what: str):
+def _call(fn, what: str, hint=None):
     try:
         return fn()
     except OnnxBridgeError:
         raise
     except Exception as exc:
-        raise BadInputError(f"{what}: {first_line(exc)}") from None
+        raise BadInputError(f"{what}: {first_line(exc)}", hint=hint(exc) if hint else None) from None
 
 
 def _split_sample(sample: Any) -> tuple[tuple, dict]:
@@ -523,8 +605,11 @@ def _apply_shapes(module: Any, names: list[str], args: tuple, kwargs: dict, shap
     by_name = {s.name: s for s in shapes}
     if needs_sample and not shapes:
         required = _required_names(module) or names
+        guesses = script_hints.guess_inputs(module)  # rank and dtype from the program's first ops, where it says
+        example = " ".join(f"--input-shape {guesses[n].flag() if n in guesses else f'{n}:1,3,224,224'}"
+                           for n in required) or "--input-shape x:1,3,224,224"
         raise BadInputError(f"{source} has no sample inputs: pass them (Python API) or --input-shape for "
-                            f"{', '.join(required) or 'its inputs'} (e.g. --input-shape {required[0] if required else 'x'}:1,3,224,224)")
+                            f"{', '.join(required) or 'its inputs'} (e.g. {example})")
     known = names or [f"input_{i}" for i in range(len(args))]
     unknown = [n for n in by_name if n not in known and n not in kwargs]
     if unknown:

@@ -3,10 +3,10 @@ their ONNX export, and localization naming the module, layer or op that differs.
 processes of their own (tests/localize/source_checks.py), as they cannot share one."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -22,7 +22,7 @@ from onnxbridge.localize.scopes import ScopedGraph
 from onnxbridge.precision import to_fp16
 from onnxbridge.spine import load_source
 from onnxbridge.validation import Tolerance
-from tests.conftest import ROOT
+from tests.conftest import ROOT, missing_modules
 
 
 class Block(torch.nn.Module):
@@ -84,7 +84,9 @@ def _export(model, x, tmp_path, exporter="auto"):
     return src, ex, tmp_path / f"{ex.exporter.split('(')[1].rstrip(')')}.onnx"
 
 
-def _all_agree(src, sides, model):
+def _all_agree(src, sides, model, base_dir=None):
+    """Max |difference| between the probe's tensors and onnxruntime's on the whole model (``base_dir``: where its
+    external data lives: the torch frontend reads the TorchScript export in place)."""
     full = onnx.ModelProto()
     full.CopyFrom(model)
     del full.graph.output[:]
@@ -93,7 +95,12 @@ def _all_agree(src, sides, model):
     import onnxruntime as ort
 
     feeds = dict(src.sample.feeds)
-    want = dict(zip(names, ort.InferenceSession(full.SerializeToString()).run(names, feeds)))
+    if base_dir is None:
+        session = ort.InferenceSession(full.SerializeToString())
+    else:
+        onnx.save(full, str(Path(base_dir) / "all-outputs.onnx"))
+        session = ort.InferenceSession(str(Path(base_dir) / "all-outputs.onnx"))
+    want = dict(zip(names, session.run(names, feeds)))
     got = sides.probe.tensors(names, feeds)
     return max(float(np.max(np.abs(got[n] - want[n]))) for n in names)
 
@@ -108,7 +115,7 @@ def test_torch_modules_match_their_onnx_tensors(tmp_path, exporter):
     shared = ["shared@0", "relu", "shared@1"] if exporter == "dynamo" else ["relu"]
     assert sources == ["conv", "norm", "attn[0]", "lstm[0]", *shared, "head"], sources
     assert _all_agree(src, sides, onnx.load(str(path))) < 1e-5
-    order = {n.output[0]: i for i, n in enumerate(ex.model.graph.node)}
+    order = {n.output[0]: i for i, n in enumerate(onnx.load(str(path)).graph.node)}  # the probed graph's order
     assert [order[c.tensor] for c in sides.checkpoints] == sorted(order[c.tensor] for c in sides.checkpoints)
     assert sides.probe.runs == 1 and exporter in sides.method.lower()
 
@@ -157,7 +164,7 @@ def test_torch_wrapped_for_torchscript_export(tmp_path):
     sides = src.probe(ex.model)
     assert [c.source for c in sides.checkpoints] == ["blocks.0.fc", "blocks.0", "blocks.1.fc", "blocks.1",
                                                      "blocks.2.fc", "blocks.2", "head"]
-    assert _all_agree(src, sides, ex.model) < 1e-5
+    assert _all_agree(src, sides, ex.model, ex.base_dir) < 1e-5
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
@@ -196,7 +203,7 @@ def test_checkpoint_inputs_skip_unseen_tensors():
 
 def _isolated(framework: str, *modules: str) -> dict:
     """Run a check of source_checks.py in a fresh process (the frameworks are not imported here)."""
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    missing = missing_modules(*modules)
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed")
     out = subprocess.run([sys.executable, "-m", "tests.localize.source_checks", framework], cwd=ROOT,

@@ -1,0 +1,233 @@
+"""Graph simplification for ``--optimize``: onnxscript's optimizer on onnx-ir, plus symbolic Reshape shapes.
+
+The result holds standard-domain ops only, keeps the graph's input and output names, types and dim_params, its
+opsets and IR version, and leaves external weights where they are (they are referenced, never loaded whole).
+
+Levels:
+    "basic"    constant folding, dead-node and Identity removal, common-subexpression elimination, duplicate
+               initializers merged, Constant nodes lifted to initializers (no pattern rewrites).
+    "default"  "basic" plus onnxscript's default rewrite rules (no-op removal, Conv+BatchNorm, slice/cast/matmul
+               clean-ups) and Reshape shapes computed at run time (Shape -> Gather -> Concat) replaced by constants
+               where symbolic shape inference proves them (0 copies a dim, -1 infers one): the shape arithmetic
+               of TorchScript exports goes away and onnxruntime's own fusions (SkipLayerNorm, Gelu) can match;
+               and GELU's 0.5 moved from the (1 + erf/tanh) term onto x, ``x * (0.5 * (1 + t))`` ->
+               ``(x * 0.5) * (1 + t)`` (bit-identical: scaling by 0.5 is exact), the form onnxruntime fuses into one
+               Gelu/FastGelu kernel at load; the torch dynamo exporter writes the other.
+"""
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from onnxbridge.errors import BadInputError, UnavailableError, UnsupportedError
+
+if TYPE_CHECKING:
+    import onnx
+    import onnx_ir as ir
+
+LEVELS = ("basic", "default")
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")
+
+
+def optimize_model(model: "onnx.ModelProto", *, level: str = "default",
+                   base_dir: str | Path | None = None) -> tuple["onnx.ModelProto", dict]:
+    """``model`` simplified at ``level`` and a record of what changed: node counts and op types before/after.
+
+    ``base_dir``: where the model's external data lives (its weights are read in place, only where folding
+    needs them: small tensors). The record: ``{"level", "library", "before", "after", "removed": {op: n},
+    "added": {op: n}, "initializers": {"before", "after"}, "reshape_shapes_materialized": n,
+    "gelu_half_moved": n}``.
+    """
+    import onnx_ir as ir
+
+    if level not in LEVELS:
+        raise BadInputError(f"optimization level {level!r} is not one of {', '.join(LEVELS)}")
+    try:
+        import onnxscript.optimizer  # noqa: F401
+    except ImportError as exc:
+        raise UnavailableError(f"graph optimization needs onnxscript ({exc})", hint="pip install onnxscript") from None
+    local = {f.domain for f in model.functions}  # model-local functions are inlined first
+    _refuse_foreign(model.graph, local)
+    before = _op_counts(model.graph)
+    inits_before = len(model.graph.initializer)
+    interface = _interface(model.graph)
+    irm = ir.from_proto(model)
+    if base_dir is not None:
+        ir.external_data.set_base_dir(irm.graph, base_dir)
+    materialized, gelus = _optimize(irm, level)
+    result = ir.to_proto(irm)
+    del irm
+    _refuse_foreign(result.graph)  # what the inlined functions held
+    _restore_interface(result.graph, interface)
+    _check_result(model, result)
+    after = _op_counts(result.graph)
+    return result, {
+        "level": level, "library": _library(),
+        "before": sum(before.values()), "after": sum(after.values()),
+        "removed": {op: n - after.get(op, 0) for op, n in sorted(before.items()) if n > after.get(op, 0)},
+        "added": {op: n - before.get(op, 0) for op, n in sorted(after.items()) if n > before.get(op, 0)},
+        "initializers": {"before": inits_before, "after": len(result.graph.initializer)},
+        "reshape_shapes_materialized": materialized, "gelu_half_moved": gelus,
+    }
+
+
+def _optimize(model: "ir.Model", level: str) -> tuple[int, int]:
+    """Run the passes in place; returns how many Reshape shapes became constants and GELU tails were reordered."""
+    import onnx_ir as ir
+    import onnxscript.optimizer as oso
+    from onnx_ir.passes import common
+
+    if level == "basic":
+        common.InlinePass()(model)
+        oso.fold_constants_ir(model)
+        ir.passes.Sequential(
+            common.IdentityEliminationPass(), common.RemoveUnusedNodesPass(),
+            common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+            common.DeduplicateInitializersPass(), common.CommonSubexpressionEliminationPass(),
+            common.RemoveUnusedNodesPass(), common.RemoveUnusedOpsetsPass(), common.OutputFixPass(),
+            common.NameFixPass())(model)
+        return 0, 0
+    oso.optimize_ir(model)  # folding first, so shape inference sees constant shapes
+    common.ShapeInferencePass(strict_mode=False, data_prop=True)(model)
+    materialized = _materialize_reshape_shapes(model.graph)
+    gelus = _gelu_rules().apply_to_model(model)
+    if materialized or gelus:
+        oso.optimize_ir(model)  # the Shape -> Gather -> Concat chains are dead now
+    return materialized, gelus
+
+
+def _gelu_rules():
+    """``x * (0.5 * (1 + t))`` -> ``(x * 0.5) * (1 + t)`` where t is an Erf or Tanh (the tail of a GELU)."""
+    from onnxscript.rewriter import RewriteRuleSet, pattern
+
+    def half_inside(op, x, half, t, one):
+        return op.Mul(x, op.Mul(half, op.Add(t, one)))
+
+    def half_on_x(op, x, half, t, one):
+        return op.Mul(op.Mul(x, half), op.Add(t, one))
+
+    def is_gelu_tail(context, x, half, t, one, **_) -> bool:
+        producer = t.producer()
+        return _scalar(half) == 0.5 and _scalar(one) == 1.0 and producer is not None and \
+            producer.op_type in ("Erf", "Tanh") and producer.domain in STANDARD_DOMAINS
+
+    return RewriteRuleSet([pattern.RewriteRule(half_inside, half_on_x, is_gelu_tail)], commute=True)
+
+
+def _scalar(value: "ir.Value") -> float | None:
+    tensor = value.const_value
+    if tensor is None or tensor.size != 1:
+        return None
+    return float(tensor.numpy().reshape(-1)[0])
+
+
+def _materialize_reshape_shapes(graph: "ir.Graph") -> int:
+    """Replace each Reshape's computed shape with a constant where the inferred shapes prove it: a dim equal
+    (same symbol) to the input's dim at the same index becomes 0 (copy), a known size stays, at most one other
+    becomes -1. Reshapes whose output has a literal 0 dim, or whose shape is already constant, are left alone."""
+    import numpy as np
+    import onnx_ir as ir
+
+    count = 0
+    for node in list(graph):
+        if node.op_type != "Reshape" or node.domain not in STANDARD_DOMAINS or len(node.inputs) < 2:
+            continue
+        data, shape = node.inputs[0], node.inputs[1]
+        if data is None or shape is None or shape.const_value is not None or shape.is_initializer():
+            continue
+        dims = _proven_dims(data.shape, node.outputs[0].shape)
+        if dims is None:
+            continue
+        const = ir.Value(name=f"{node.name or 'reshape'}_shape_{count}",
+                         const_value=ir.tensor(np.asarray(dims, dtype=np.int64)))
+        const.shape, const.dtype = ir.Shape([len(dims)]), ir.DataType.INT64
+        graph.register_initializer(const)
+        node.replace_input_with(1, const)
+        node.attributes.pop("allowzero", None)  # 0 means copy (allowzero=0, the default)
+        count += 1
+    return count
+
+
+def _proven_dims(ins: "ir.Shape | None", outs: "ir.Shape | None") -> list[int] | None:
+    if ins is None or outs is None:
+        return None
+    dims, free = [], 0
+    for j, d in enumerate(outs):
+        if isinstance(d, int):
+            if d == 0:  # a real empty dim: 0 would mean "copy" without allowzero
+                return None
+            dims.append(d)
+        elif d.value is not None and j < len(ins) and not isinstance(ins[j], int) and ins[j].value == d.value:
+            dims.append(0)
+        else:
+            dims.append(-1)
+            free += 1
+    return dims if free <= 1 else None
+
+
+def _refuse_foreign(graph: "onnx.GraphProto", allowed: set[str] = frozenset()) -> None:
+    foreign = sorted({n.domain for n in _all_nodes(graph)} - set(STANDARD_DOMAINS) - set(allowed))
+    if foreign:
+        raise UnsupportedError(f"the graph optimizer works on standard-domain ONNX only; this model uses "
+                               f"{', '.join(foreign)} ops", hint="convert without --optimize")
+
+
+def _all_nodes(graph: "onnx.GraphProto"):
+    from onnxbridge.fileio import graphs
+
+    for g in graphs(graph):
+        yield from g.node
+
+
+def _op_counts(graph: "onnx.GraphProto") -> dict[str, int]:
+    return dict(collections.Counter(n.op_type if n.domain in STANDARD_DOMAINS else f"{n.domain}.{n.op_type}"
+                                    for n in _all_nodes(graph)))
+
+
+def _interface(graph: "onnx.GraphProto") -> tuple[list, list]:
+    """Copies of the graph's input and output ValueInfos (names, types, dim_params, docs)."""
+    import onnx
+
+    def copy(v):
+        c = onnx.ValueInfoProto()
+        c.CopyFrom(v)
+        return c
+
+    inits = {i.name for i in graph.initializer}
+    return [copy(v) for v in graph.input if v.name not in inits], [copy(v) for v in graph.output]
+
+
+def _restore_interface(graph: "onnx.GraphProto", interface: tuple[list, list]) -> None:
+    """Put back the inputs' and outputs' declared types (shape inference may have named unknown dims)."""
+    inputs, outputs = interface
+    by_name = {v.name: v for v in [*inputs, *outputs]}
+    for v in [*graph.input, *graph.output]:
+        if v.name in by_name:
+            v.CopyFrom(by_name[v.name])
+
+
+def _check_result(source: "onnx.ModelProto", result: "onnx.ModelProto") -> None:
+    """The optimizer must keep the interface, opsets and domains; a change here is our bug."""
+    want_in, got_in = _fed_inputs(source.graph), _fed_inputs(result.graph)
+    want_out, got_out = [v.name for v in source.graph.output], [v.name for v in result.graph.output]
+    if got_in != want_in or got_out != want_out:
+        raise RuntimeError(f"the optimizer changed the graph's interface: inputs {want_in} -> {got_in}, "
+                           f"outputs {want_out} -> {got_out}")
+    want = {o.domain or "ai.onnx": o.version for o in source.opset_import}
+    got = {o.domain or "ai.onnx": o.version for o in result.opset_import}
+    if any(want.get(d) != v for d, v in got.items()) or got.get("ai.onnx") != want.get("ai.onnx"):
+        raise RuntimeError(f"the optimizer changed the opsets: {want} -> {got}")
+    if result.ir_version != source.ir_version:
+        result.ir_version = source.ir_version
+
+
+def _fed_inputs(graph: "onnx.GraphProto") -> list[str]:
+    inits = {i.name for i in graph.initializer}
+    return [v.name for v in graph.input if v.name not in inits]
+
+
+def _library() -> str:
+    from onnxbridge.registry import dist_version
+
+    return f"onnxscript {dist_version('onnxscript')} (onnx-ir {dist_version('onnx-ir')})"
