@@ -48,13 +48,23 @@ def handle_errors(fn):
     return wrapper
 
 
+PIPED_WIDTH = 10_000  # stdout is a file or a pipe (CI logs): lines as long as they need, never cut with "…"
+
+
 def _console(ctx: click.Context):
-    """A rich console for results, or None with --quiet (rich is then never imported)."""
+    """A rich console for results, or None with --quiet (rich is then never imported). On a terminal it takes the
+    terminal's width; piped, ``$COLUMNS`` when set, else ``PIPED_WIDTH`` (rich would otherwise assume 80 columns and
+    cut shapes and numbers in tables)."""
     if ctx.find_root().params.get("quiet", False):
         return None
+    import os
+
     from rich.console import Console
 
-    return Console()
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "").strip()
+    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH)
 
 
 def _progress(ctx: click.Context) -> bool:
@@ -76,7 +86,7 @@ def cli(quiet: bool, debug: bool) -> None:
 TRUST_HELP = ("Load and run model files that are code: pickles, Keras Lambda layers, and TorchScript, torch.export, "
               "SavedModel, TFLite and Paddle programs that touch files, the network, Python or custom operators "
               "(without it they are checked statically and refused before anything in them runs).")
-FROM_HELP = "Source kind (default: detected): torch, tensorflow, paddle, sklearn, onnx."
+FROM_HELP = "Source kind (default: detected): torch, tensorflow, jax, paddle, sklearn, onnx."
 
 
 def report_options(fn):
@@ -182,6 +192,9 @@ def _flag(name: str, by_plugin: dict, selector: str):
               help="Store weights in OUTPUT.data (default: only when over 2 GB).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
+@click.option("--optimize", type=click.Choice(["basic", "default"]), is_flag=False, flag_value="default",
+              default=None, help="Simplify the graph (onnxscript's optimizer: constant folding, dead and Identity "
+              "nodes, shape arithmetic; bare flag = default) and validate it against the graph before, as a hop.")
 @report_options
 @localize_option("off")
 @plugin_options("frontend")
@@ -190,7 +203,7 @@ def _flag(name: str, by_plugin: dict, selector: str):
 @handle_errors
 def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
             validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, localize,
-            seed, external_data, report, trust, **options):
+            seed, external_data, report, trust, optimize, **options):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
@@ -207,7 +220,7 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
                          samples=samples, latency_runs=latency_runs, seed=seed, external_data=external_data,
                          report=report,
                          progress=_progress(ctx), target=target, renderers=_renderers(junit, markdown, html),
-                         localize=localize, **_plugin_values(options))
+                         localize=localize, optimize=optimize or False, **_plugin_values(options))
     rep = result.report
     console = _console(ctx)
     if console is not None:
@@ -445,6 +458,67 @@ def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline
                 console.print(f"[red]{cell['status']}[/] {escape(cell['name'])}: {escape(cell.get('reason') or '')}")
         console.print(f"wrote {outdir}/matrix.json, matrix.xml, matrix.md, matrix.html")
     ctx.exit(EXIT_OK if result["status"] == "passed" else EXIT_FAILED)
+
+
+@cli.command()
+@click.argument("source")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the .npz.")
+@click.option("--batch", type=click.IntRange(1), metavar="N", help="Axis 0 of every input at N (values drawn afresh).")
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True,
+              help="0: the very sample validation uses first; another seed: a batch drawn like it (as --samples).")
+@click.option("--calibration", type=click.IntRange(1), metavar="N",
+              help="N batches stacked along a new axis 0 (for --calibration of int8 builds).")
+@click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
+              help="Shape (and dtype) of an input (sources that record none, e.g. TorchScript).")
+@click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:LABEL][:MIN..MAX]",
+              help="Open an axis the source fixes (e.g. x:0 for --batch on an ONNX model with batch 1).")
+@click.option("--trust", is_flag=True, help=TRUST_HELP)
+@plugin_options("frontend")
+@click.pass_context
+@handle_errors
+def inputs(ctx, source, output, batch, seed, calibration, from_, input_shapes, dynamic, trust, **options):
+    """Write sample inputs for SOURCE to an .npz (arrays named after its inputs), drawn by the sampler validation
+    uses: for --inputs of convert/validate, or --calibration N batches for int8 builds."""
+    from onnxbridge.inputfile import write_inputs
+
+    info = write_inputs(source, output, batch=batch, seed=seed, calibration=calibration, from_=from_,
+                        input_shapes=list(input_shapes), dynamic=list(dynamic), trust=trust,
+                        **_plugin_values(options))
+    console = _console(ctx)
+    if console is not None:
+        from rich.markup import escape
+
+        arrays = ", ".join(f"{k} {'x'.join(map(str, v['shape'])) or 'scalar'} {v['dtype']}"
+                           for k, v in info["arrays"].items())
+        console.print(escape(f"wrote {info['path']} ({arrays}; {info['origin']})"))
+
+
+@cli.command()
+@click.argument("tool", type=click.Choice(["paddle2onnx"]))
+@click.option("--dir", "directory", type=click.Path(file_okay=False), metavar="DIR",
+              help="Where to make the environment (default: $ONNXBRIDGE_HOME/paddle2onnx, ~/.cache/onnxbridge).")
+@click.pass_context
+@handle_errors
+def setup(ctx, tool, directory):
+    """Make an environment of its own for a converter that cannot share onnxbridge's: paddle2onnx pins onnx<=1.17,
+    so onnxbridge[all] installs Paddle but runs paddle2onnx from there (found without configuration)."""
+    from onnxbridge.frontends.paddle import environment
+
+    if directory:
+        import os
+
+        if os.environ.get(environment.ENV_VAR) is None and environment.default_dir() != environment.Path(directory):
+            _stderr(f"note: set {environment.ENV_VAR}={directory}/bin/python for onnxbridge to find it")
+    console = _console(ctx)
+    if console is not None:
+        console.print("installing paddle2onnx and paddlepaddle into an environment of their own ...")
+    made = environment.setup(directory)
+    if console is not None:
+        from rich.markup import escape
+
+        console.print(escape(f"paddle2onnx {made['paddle2onnx']} with paddlepaddle {made['paddlepaddle']}: "
+                             f"{made['python']}"))
 
 
 def _root_flag(name: str):

@@ -110,7 +110,62 @@ def finalize(model: "onnx.ModelProto", *, opset: int | None = None,
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # inference is a help, not a requirement
         notes.append(f"shape inference incomplete: {' '.join(str(exc).split())[:200]}")
+    label_dims(model)
     return model, notes
+
+
+_PROBES = ((10007, 10009, 10037, 10039, 10061, 10067, 10069, 10079), (20011, 20021, 20023, 20029, 20047, 20051,
+                                                                      20063, 20071))
+
+
+def label_dims(model: "onnx.ModelProto") -> int:
+    """Name every output and intermediate dim that is one of the inputs' symbolic dims (``--dynamic x:0:batch``)
+    after that symbol, where the exporter or shape inference left another name (``Conv18_dim_0``, ``unk__0``) or
+    none. Which dims are the symbol is found by static inference at two sets of sizes, every symbol at a size no
+    other dim has: a dim that equals the symbol's size both times is that symbol. Returns how many dims it named."""
+    import onnx
+
+    graph = model.graph
+    inits = {t.name for t in graph.initializer}
+    symbols = list(dict.fromkeys(d.dim_param for v in graph.input if v.name not in inits
+                                 for d in v.type.tensor_type.shape.dim if d.dim_param))
+    if not symbols or len(symbols) > len(_PROBES[0]):
+        return 0
+    trials = [dict(zip(symbols, sizes)) for sizes in _PROBES]
+    seen = []
+    for sizes in trials:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
+        del probe.graph.value_info[:]
+        for v in probe.graph.input:
+            for d in v.type.tensor_type.shape.dim:
+                if d.dim_param in sizes:
+                    d.dim_value = sizes[d.dim_param]
+        for v in probe.graph.output:
+            v.type.tensor_type.ClearField("shape")
+        try:
+            probe = onnx.shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+        except Exception:
+            return 0
+        seen.append({v.name: [d.dim_value if d.HasField("dim_value") else None
+                              for d in v.type.tensor_type.shape.dim]
+                     for v in [*probe.graph.output, *probe.graph.value_info] if v.type.HasField("tensor_type")})
+    named = 0
+    for v in [*graph.output, *graph.value_info]:
+        if not v.type.HasField("tensor_type") or not v.type.tensor_type.HasField("shape"):
+            continue
+        first, second = seen[0].get(v.name), seen[1].get(v.name)
+        dims = v.type.tensor_type.shape.dim
+        if first is None or second is None or len(first) != len(dims) or len(second) != len(dims):
+            continue
+        for i, d in enumerate(dims):
+            if d.HasField("dim_value"):
+                continue
+            match = [s for s in symbols if first[i] == trials[0][s] and second[i] == trials[1][s]]
+            if match and d.dim_param != match[0]:
+                d.dim_param = match[0]
+                named += 1
+    return named
 
 
 def check_file(path: str | Path) -> None:

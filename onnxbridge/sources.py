@@ -1,12 +1,13 @@
 """Resolve what the user named as a source: a path, a live object, or a ``module:factory``."""
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from onnxbridge.errors import BadInputError, first_line
 
@@ -71,3 +72,26 @@ def pick_frontend(source: Any, from_: str | None) -> str:
     what = f"'{source}'" if isinstance(source, (str, Path)) else f"a {type(source).__name__}"
     raise BadInputError(f"no frontend recognises {what}; known: {', '.join(FRONTENDS.names())} "
                         "(pass --from to choose one)")
+
+
+@contextlib.contextmanager
+def importable_beside(path: str | Path) -> Iterator[None]:
+    """The folder holding ``path`` on ``sys.path`` while the block runs (first, so a pickle's classes defined in a
+    ``.py`` beside it are found before anything of the same name), ``sys.path`` as it was afterwards. Modules
+    imported meanwhile stay imported, so the loaded objects keep working."""
+    folder = str(Path(path).resolve().parent)
+    saved = list(sys.path)
+    sys.path.insert(0, folder)
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def missing_module_hint(exc: BaseException, path: str | Path) -> str | None:
+    """For a pickle that names a module Python cannot find: where to put it."""
+    if isinstance(exc, ModuleNotFoundError) or "No module named" in str(exc):
+        return (f"the pickle's classes must be importable: put their .py file beside '{Path(path).name}' or on "
+                "PYTHONPATH")
+    return None

@@ -1,6 +1,9 @@
 """What a new user trips on first (issue 21): install hints that survive the terminal, flags accepted after the
-command, the backend inferred from -o's name, a LICENSE that matches pyproject."""
+command, the backend inferred from -o's name, a LICENSE that matches pyproject, full-width piped output, reports
+without the libraries' deprecation noise."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +63,53 @@ def test_a_skipped_hop_prints_its_reason_not_an_empty_table():
     text = console.export_text()
     assert text.splitlines()[0] == "onnx -> tensorrt: skipped (0 sample(s), atol 0.0001, rtol 0.001)"
     assert "┃" not in text and "[cudaError 35]" in text  # no empty table; bracketed text is not eaten as markup
+
+
+def test_piped_output_is_not_cut_to_80_columns_and_the_report_holds_no_library_noise(tmp_path):
+    """Through a pipe (CI logs) rich assumed 80 columns: shapes and numbers came out as '3x4x64x…'. The same run's
+    report keeps the exporter's deprecations and advice to its caller out of ``warnings`` (--fail-on warning)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    cmd = [sys.executable, "-m", "onnxbridge.cli.main", "convert", f"{ROOT / 'examples' / 'models.py'}:cnn", "-o",
+           str(tmp_path / "m.onnx"), "--dynamic", "x:0", "--exporter", "torchscript", "--report",
+           str(tmp_path / "r.json"), "--fail-on", "warning"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3x4x64x64" in proc.stdout and "…" not in proc.stdout, proc.stdout
+    assert max(map(len, proc.stdout.splitlines())) > 80
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["warnings"] == [], rep["warnings"]
+
+
+def test_library_noise_is_logged_at_debug_and_model_warnings_are_kept(tmp_path, caplog):
+    import logging
+    import sysconfig
+    import warnings
+
+    from onnxbridge.quiet import quiet
+
+    user_file = str(tmp_path / "my_model.py")
+    library_file = str(Path(sysconfig.get_path("purelib")) / "torch" / "onnx" / "utils.py")
+    caught: list[str] = []
+    with caplog.at_level(logging.DEBUG, logger="onnxbridge.quiet"), quiet(caught):
+        warnings.warn_explicit("The feature will be removed", DeprecationWarning, library_file, 1)
+        warnings.warn_explicit("`x` is deprecated", FutureWarning, library_file, 2)
+        warnings.warn_explicit("Implicitly cleaning up <TemporaryDirectory '/tmp/x'>", ResourceWarning,
+                               library_file, 3)
+        warnings.warn_explicit("You are using the legacy TorchScript-based ONNX export. ...", UserWarning,
+                               user_file, 4)
+        warnings.warn_explicit("Converting a tensor to a Python boolean might cause the trace to be incorrect",
+                               UserWarning, library_file, 5)
+        warnings.warn_explicit("my_op is deprecated", DeprecationWarning, user_file, 6)  # the model's own code
+        import numpy as np
+
+        with np.errstate(over="warn"):
+            np.exp(np.float32(1000))  # a numpy RuntimeWarning: computed in the model's numbers, kept
+    assert caught == ["Converting a tensor to a Python boolean might cause the trace to be incorrect",
+                      "my_op is deprecated", "overflow encountered in exp"], caught
+    logged = caplog.text
+    assert "The feature will be removed" in logged and "Implicitly cleaning up" in logged and "legacy" in logged

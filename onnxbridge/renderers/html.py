@@ -27,28 +27,68 @@ def _bin_label(i: int) -> str:
 
 
 def histogram_svg(out: dict) -> str:
-    """Bars of |error| counts per decade (log-scaled heights); a red line marks the output's atol."""
+    """Bars of |error| counts per decade (log-scaled heights) over a y axis of counts (1, 10, 100, ...; each bar's
+    count also on top of it), decade labels slanted so they never overlap; a red line marks the output's atol."""
     counts = out.get("error_histogram")
     if not counts:
         return ""
-    w, h, bar = 420, 150, 420 // len(counts)
+    left, w, h, top_pad = 44, 420, 150, 14
+    bar = w // len(counts)
     top = math.log10(max(counts) + 1) or 1.0
-    parts = [f'<svg class="histogram" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 40}" role="img" '
-             f'aria-label="absolute error histogram of {escape(out["name"])}">']
+
+    def y_of(count: float) -> float:
+        return top_pad + h - (math.log10(count + 1) / top) * h
+
+    parts = [f'<svg class="histogram" xmlns="http://www.w3.org/2000/svg" width="{left + w + 10}" '
+             f'height="{top_pad + h + 70}" role="img" aria-label="absolute error histogram of {escape(out["name"])}">']
+    decades = int(math.floor(math.log10(max(max(counts), 1))))
+    every = max(1, math.ceil((decades + 1) / 6))
+    for d in range(0, decades + 1, every):  # y axis: counts at decades, on the bars' log scale
+        y = y_of(10 ** d)
+        parts.append(f'<line class="ytick" x1="{left - 3}" y1="{y:.1f}" x2="{left + w}" y2="{y:.1f}" stroke="#eee"/>'
+                     f'<text class="ylabel" x="{left - 5}" y="{y + 3:.1f}" font-size="9" text-anchor="end">'
+                     f'{10 ** d:,}</text>')
+    parts.append(f'<line x1="{left}" y1="{top_pad}" x2="{left}" y2="{top_pad + h}" stroke="#555"/>'
+                 f'<line x1="{left}" y1="{top_pad + h}" x2="{left + w}" y2="{top_pad + h}" stroke="#555"/>')
     for i, c in enumerate(counts):
-        bh = (math.log10(c + 1) / top) * h
-        x = i * bar
-        parts.append(f'<rect x="{x + 2}" y="{h - bh:.1f}" width="{bar - 4}" height="{bh:.1f}" fill="#1565c0">'
-                     f"<title>{_bin_label(i)}: {c} elements</title></rect>")
-        parts.append(f'<text x="{x + bar / 2}" y="{h + 14}" font-size="9" text-anchor="middle">{_bin_label(i)}</text>')
+        y = y_of(c)
+        x = left + i * bar
+        parts.append(f'<rect x="{x + 2}" y="{y:.1f}" width="{bar - 4}" height="{top_pad + h - y:.1f}" '
+                     f'fill="#1565c0"><title>{_bin_label(i)}: {c} elements</title></rect>')
+        if c:
+            parts.append(f'<text class="count" x="{x + bar / 2}" y="{y - 2:.1f}" font-size="8" '
+                         f'text-anchor="middle">{c:,}</text>')
+        lx, ly = x + bar / 2 + 3, top_pad + h + 10
+        parts.append(f'<text class="xlabel" x="{lx}" y="{ly}" font-size="9" text-anchor="end" '
+                     f'transform="rotate(-45 {lx} {ly})">{_bin_label(i)}</text>')
     atol = out.get("atol")
     if atol:  # bin i >= 1 starts at 10**(i - 10): place atol on that log scale
-        x = min(max(math.log10(atol) + 10, 1), len(counts)) * bar
-        parts.append(f'<line x1="{x}" y1="0" x2="{x}" y2="{h}" stroke="#c62828" stroke-dasharray="4"/>'
-                     f'<text x="{x - 3}" y="12" font-size="10" fill="#c62828" text-anchor="end">atol {atol:g}</text>')
-    parts.append(f'<text x="0" y="{h + 32}" font-size="10">|converted − reference| per element '
-                 f'(log count)</text></svg>')
+        x = left + min(max(math.log10(atol) + 10, 1), len(counts)) * bar
+        parts.append(f'<line x1="{x}" y1="{top_pad}" x2="{x}" y2="{top_pad + h}" stroke="#c62828" '
+                     f'stroke-dasharray="4"/><text x="{x - 3}" y="{top_pad + 10}" font-size="10" fill="#c62828" '
+                     f'text-anchor="end">atol {atol:g}</text>')
+    parts.append(f'<text x="{left}" y="{top_pad + h + 62}" font-size="10">|converted − reference| per element; '
+                 f'elements per bin (log scale)</text></svg>')
     return "".join(parts)
+
+
+def inputs_table(report: dict) -> str:
+    """The validation inputs: one row per sample with every input's shape, a row of dtypes (from the source's
+    input specs), and where the first sample came from."""
+    info = report.get("inputs") or {}
+    samples = info.get("samples") or []
+    specs = {i.get("name"): i for i in (report.get("source") or {}).get("inputs") or [] if isinstance(i, dict)}
+    names = list(dict.fromkeys([n for s in samples for n in s] or list(specs)))
+    if not names:
+        return ""
+    head = "".join(f"<th><code>{escape(str(n))}</code></th>" for n in names)
+    rows = ["<tr><th>dtype</th>" + "".join(f"<td>{escape(str(specs.get(n, {}).get('dtype') or '-'))}</td>"
+                                              for n in names) + "</tr>"] if specs else []
+    for i, sample in enumerate(samples):
+        cells = "".join(f"<td>{escape('×'.join(map(str, sample[n]))) if n in sample else '-'}</td>" for n in names)
+        rows.append(f"<tr><th>sample {i + 1}</th>{cells}</tr>")
+    origin = f'<p>from {escape(str(info["origin"]))}</p>' if info.get("origin") else ""
+    return f'<table class="inputs"><tr><th></th>{head}</tr>{"".join(rows)}</table>{origin}'
 
 
 def _log_error(entry: dict) -> float | None:
@@ -222,7 +262,10 @@ def render(report: dict) -> str:
     if report.get("introduced_by"):
         rows.append(("difference introduced by", f'<b class="fail">{escape(report["introduced_by"])}</b>'))
     if report.get("inputs"):
-        rows.append(("inputs", escape(f"{report['inputs']['origin']}; shapes {report['inputs']['samples']}")))
+        rows.append(("inputs", inputs_table(report)))
+    if report.get("latency_s"):
+        rows.append(("latency", escape(", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in report["latency_s"].items()
+                                                  if v is not None))))
     env = report["environment"]
     rows.append(("environment", escape(f"Python {env['python']}, {env['platform']}, " +
                                        ", ".join(f"{k} {v}" for k, v in env["packages"].items()))))

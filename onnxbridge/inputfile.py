@@ -1,0 +1,93 @@
+"""Sample input files for any source (``onnxbridge inputs``): the arrays validation would feed, saved as .npz, for
+``--inputs`` (one batch) and ``--calibration`` (several batches along a leading axis)."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from onnxbridge.errors import BadInputError
+from onnxbridge.specs import DynamicAxis, Sample, reseed, vary_dynamic
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from onnxbridge.plugins import SourceModel
+
+
+def sample_for(src: "SourceModel", *, batch: int | None = None, seed: int = 0) -> Sample:
+    """The sample validation uses for ``src`` (seed 0: exactly its first sample; another seed: a batch drawn like it,
+    as ``--samples`` draws them), with axis 0 of every input resized to ``batch`` when given (values redrawn, so the
+    rows differ). An input whose axis 0 the model declares fixed at another size is refused (PyTorch modules declare
+    nothing: their specs are the sample's shapes)."""
+    sample = src.sample
+    if sample is None:
+        raise BadInputError(f"{src.description or 'the source'} gives no sample inputs; pass --input-shape")
+    if batch is not None:
+        opened = {d.name for d in src.dynamic if d.name in sample.feeds and sample.feeds[d.name].ndim
+                  and d.axis % sample.feeds[d.name].ndim == 0}
+        fixed = {} if src.frontend == "torch" else {s.name: s.shape[0] for s in src.input_specs
+                                                      if s.shape and isinstance(s.shape[0], int) and s.name not in opened}
+        for name, arr in sample.feeds.items():
+            if arr.ndim == 0:
+                raise BadInputError(f"--batch {batch}: input '{name}' is a scalar (it has no batch axis)")
+            if name in fixed and fixed[name] != batch and fixed[name] > 0:
+                raise BadInputError(f"--batch {batch}: the model fixes axis 0 of input '{name}' to {fixed[name]} "
+                                    f"(open it with --dynamic {name}:0, or leave out --batch)")
+        axes = [DynamicAxis(name, 0, "batch") for name in sample.feeds]
+        resized = vary_dynamic(sample, axes, lambda d, n: batch, f"axis 0 at {batch}")
+        if resized is not None:
+            return reseed(resized, seed + 1)  # vary_dynamic repeats rows; fresh values make each row its own
+    return reseed(sample, seed) if seed else sample
+
+
+def calibration_for(src: "SourceModel", batches: int, *, batch: int | None = None, seed: int = 0) \
+        -> dict[str, "np.ndarray"]:
+    """``batches`` batches like ``sample_for``'s (seeds ``seed``, ``seed + 1``, ...), stacked along a new axis 0 per
+    input: the layout ``--calibration`` reads as one batch per index."""
+    import numpy as np
+
+    drawn = [sample_for(src, batch=batch, seed=seed + i) for i in range(batches)]
+    return {name: np.stack([s.feeds[name] for s in drawn]) for name in drawn[0].feeds}
+
+
+def save_npz(arrays: dict[str, "np.ndarray"], path: str | Path) -> Path:
+    """Write ``arrays`` to ``path`` (.npz, written atomically; the name must end in .npz)."""
+    import numpy as np
+
+    from onnxbridge.fileio import atomic_write_bytes
+
+    path = Path(path)
+    if path.suffix.lower() != ".npz":
+        raise BadInputError(f"-o '{path}': an inputs file ends in .npz")
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def write_inputs(source: Any, output: str | Path, *, batch: int | None = None, seed: int = 0,
+                 calibration: int | None = None, from_: str | None = None, input_shapes: Sequence[str] = (),
+                 dynamic: Any = None, trust: bool = False, **options: Any) -> dict:
+    """Load ``source`` as ``convert`` would and write its sample inputs to ``output`` (.npz, arrays named after the
+    model's inputs). ``calibration``: that many batches along a new axis 0. Returns what was written: path, origin,
+    and each array's shape and dtype."""
+    from onnxbridge import arguments
+    from onnxbridge.spine import load_source
+
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise BadInputError(f"--batch {batch!r}: give a positive integer")
+    if calibration is not None and (isinstance(calibration, bool) or not isinstance(calibration, int)
+                                    or calibration < 1):
+        raise BadInputError(f"--calibration {calibration!r}: give a positive number of batches")
+    arguments.check_paths({"the source model": source}, {"-o": output})
+    src = load_source(source, from_=from_, input_shapes=list(input_shapes), dynamic=dynamic, trust=trust, seed=seed,
+                      **options)
+    if calibration is None:
+        sample = sample_for(src, batch=batch, seed=seed)
+        arrays, origin = sample.feeds, sample.origin
+    else:
+        arrays = calibration_for(src, calibration, batch=batch, seed=seed)
+        origin = f"{calibration} batch(es) from seed {seed}"
+    path = save_npz(arrays, output)
+    return {"path": str(path), "origin": origin, "calibration": calibration,
+            "arrays": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()}}
