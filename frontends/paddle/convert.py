@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from onnxbridge.errors import ExportError, NativeCrash, UnsupportedError
+from onnxbridge.errors import ExportError, UnsupportedError
 
 MAX_OPSET = 21  # paddle2onnx 2.1 aborts above this (SIGABRT: "Due to opset version ... aborted")
 MIN_OPSET = 7
@@ -48,8 +48,7 @@ def to_onnx(program: str, params: str, save_file: str, opset: int, scratch: str)
             said = [ln.strip() for ln in printed.splitlines() if "Paddle2ONNX" in ln and ln.strip()]
             raise UnsupportedError(f"{library} cannot convert an operator of this model (it aborted, saying: "
                                    f"{' | '.join(said[-3:])[:300]})")
-        crash: NativeCrash = native_crash("paddle2onnx", library, done.returncode, printed)
-        raise crash
+        raise native_crash("paddle2onnx", library, done.returncode, printed)
     answer = json.loads(result.read_text())
     if not answer["ok"]:
         Path(save_file).unlink(missing_ok=True)
