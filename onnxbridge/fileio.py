@@ -254,6 +254,8 @@ def load_in_place(path: str | Path, *, min_bytes: int = _MIN_EXTERNAL_TENSOR) ->
     import onnx
 
     p = Path(path)
+    if not p.is_file() or p.stat().st_size == 0:  # missing, a folder, empty: the ordinary reader says why
+        return load_onnx(p)
     with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         try:
             skeleton = _in_place(buf, p.name, min_bytes)

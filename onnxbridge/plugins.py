@@ -69,8 +69,9 @@ class SourceModel(ABC):
         return None
 
     def release(self) -> None:
-        """Let the framework model go (its weights freed) once nothing will run it again: the spine calls this
-        before onnxruntime loads the exported weights, so the two never hold them at once. Default: keep it."""
+        """Drop every reference to the framework model once nothing will run it again: the spine calls this before
+        onnxruntime loads the exported weights, then runs the garbage collector (weights held in reference cycles
+        go then, while the worker opens its session), so the two never hold them at once. Default: keep it."""
 
     def info(self) -> dict:
         return {"frontend": self.frontend, "framework": self.framework, "kind": self.kind, "description": self.description,

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -142,7 +143,9 @@ def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: d
     if release:
         source.prefetch(samples)
         src.release()
-    candidate = runtime.open(model_path, what=f"the onnxruntime session of {_shown(model_path)}")
+    # the released model's cycles are collected while the worker starts on the session (it maps the weights last)
+    candidate = runtime.open(model_path, what=f"the onnxruntime session of {_shown(model_path)}",
+                             meanwhile=gc.collect if release else None)
     hop = validate_hop(src.frontend, "onnx", source, candidate, samples, candidate.output_names, tol, latency_runs)
     hop["errors"] += _check_dynamic(src, candidate.input_specs)
     if hop["errors"]:
@@ -465,11 +468,16 @@ class _Conversion:
         in_memory = None
         with output_lock(self.out_path):
             src = self.load()
+            if self.validate:
+                from onnxbridge.worker import prewarm
+
+                prewarm()  # the worker imports onnxruntime while the exporter runs
             try:
                 with workdir() as scratch:
                     exported = self.export(src, scratch)
                     if not self.validate:
                         src.release()  # nothing runs the source model again: its weights can go now
+                        gc.collect()
                     model, base_dir, before = self.finalize(src, exported, scratch)
                     model, unoptimized = self.optimize_graph(model, base_dir, scratch)
                     dest = self.write(model, base_dir, scratch)

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from onnxbridge import errors
 from onnxbridge.errors import NativeCrash, OnnxBridgeError
@@ -90,11 +90,12 @@ class Worker:
     """One child process and the socket to it. ``call`` runs ``module:function`` there; ``open`` keeps an object
     there and returns its handle. Not thread-safe: one call at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
         parent, child = socket.socketpair()
         self._log = tempfile.TemporaryFile(mode="w+b")
         env = {**os.environ, "PYTHONFAULTHANDLER": "1",  # the worker imports what this process can
-               "PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)}
+               "PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p),
+               PRELOAD_ENV: ",".join(preload)}
         self.proc = subprocess.Popen([sys.executable, "-m", "onnxbridge.worker", str(child.fileno())],
                                      pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=self._log, env=env, start_new_session=True)
@@ -111,12 +112,14 @@ class Worker:
         return self.proc.poll() is None
 
     def request(self, message: tuple, *, step: str, library: str, timeout: float | None = None,
-                progress=None) -> Any:
+                progress=None, meanwhile: Callable[[], object] | None = None) -> Any:
         """Send ``message``, return the answer; a dead worker raises NativeCrash, an error there is raised here.
-        Lines the call prints through a ``RelayedProgress`` go to ``progress`` (a ``Progress``) meanwhile."""
+        Lines the call prints through a ``RelayedProgress`` go to ``progress`` (a ``Progress``) meanwhile;
+        ``meanwhile`` is called here once the message is sent, before waiting for the answer."""
         self.release()
         self._follow_cwd()
-        return self._request(message, step=step, library=library, timeout=timeout, progress=progress)
+        return self._request(message, step=step, library=library, timeout=timeout, progress=progress,
+                             meanwhile=meanwhile)
 
     def _follow_cwd(self) -> None:
         """Relative paths in a request mean what they mean here: the worker moves to this process's directory."""
@@ -139,13 +142,15 @@ class Worker:
                 return
 
     def _request(self, message: tuple, *, step: str, library: str, timeout: float | None = None,
-                 progress=None) -> Any:
+                 progress=None, meanwhile: Callable[[], object] | None = None) -> Any:
         from onnxbridge.budget import memory_limit
 
         limit = memory_limit()
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             self.conn.send(message)
+            if meanwhile is not None:
+                meanwhile()
             while True:
                 self._wait(deadline, limit, step, library)
                 status, value = self.conn.recv()
@@ -229,6 +234,22 @@ def worker() -> Worker:
         return _worker
 
 
+PRELOAD_ENV = "ONNXBRIDGE_WORKER_PRELOAD"  # modules a started worker imports before it serves
+
+
+def prewarm(modules: tuple[str, ...] = ("numpy", "onnx", "onnxruntime")) -> None:
+    """Start the worker now, importing ``modules`` there while this process goes on (a conversion's export):
+    its first call then finds them loaded. Nothing happens in process mode or when a worker is running."""
+    global _worker
+    if in_process():
+        return
+    with _lock:
+        if _worker is None or not _worker.alive:
+            if _worker is not None:
+                _worker.kill()
+            _worker = Worker(preload=modules)
+
+
 @atexit.register
 def shutdown() -> None:
     """Stop the worker (at exit, or to free what it holds)."""
@@ -289,11 +310,11 @@ class RemoteRunner:
     """A runner living in the worker. Calls send feeds, return outputs; ``last_seconds`` is the time the run took
     there. Attributes named in ``RUNNER_ATTRIBUTES`` are copied from the object when it is made."""
 
-    def __init__(self, spec: RunnerSpec, step: str):
+    def __init__(self, spec: RunnerSpec, step: str, *, meanwhile: Callable[[], object] | None = None):
         self.spec, self.step = spec, step
         self._worker = worker()
         self.handle, attributes = self._worker.request(("open", spec.factory, spec.kwargs), step=step,
-                                                       library=spec.library)
+                                                       library=spec.library, meanwhile=meanwhile)
         for name in RUNNER_ATTRIBUTES:
             setattr(self, name, attributes.get(name))
         self.last_seconds: float | None = None
@@ -348,9 +369,15 @@ class LocalRunner:
         return self._run(feeds, True)
 
 
-def open_runner(spec: RunnerSpec, step: str) -> "RemoteRunner | LocalRunner":
-    """The runner ``spec`` describes, living in the worker (here with ``ONNXBRIDGE_IN_PROCESS=1``)."""
-    return LocalRunner(spec, step) if in_process() else RemoteRunner(spec, step)
+def open_runner(spec: RunnerSpec, step: str, *, meanwhile: Callable[[], object] | None = None,
+                ) -> "RemoteRunner | LocalRunner":
+    """The runner ``spec`` describes, living in the worker (here with ``ONNXBRIDGE_IN_PROCESS=1``); ``meanwhile``
+    runs here while the worker makes it (before, in process)."""
+    if in_process():
+        if meanwhile is not None:
+            meanwhile()
+        return LocalRunner(spec, step)
+    return RemoteRunner(spec, step, meanwhile=meanwhile)
 
 
 class RemoteProbe:
@@ -484,4 +511,9 @@ def _serve(fd: int) -> None:
 
 
 if __name__ == "__main__":  # serve from the importable module, whose globals the calls see (not __main__'s)
+    for _name in filter(None, os.environ.pop(PRELOAD_ENV, "").split(",")):
+        try:
+            importlib.import_module(_name)
+        except ImportError:  # the call that needs it says so
+            pass
     importlib.import_module("onnxbridge.worker")._serve(int(sys.argv[1]))

@@ -52,7 +52,7 @@ class JaxModel(SourceModel):
                 raise BadInputError(f"--dynamic {d.name}:{d.axis}: input '{d.name}' has rank {rank}")
         self.dynamic = list(dynamic)
         self.load_notes = notes
-        self._reference0: list[np.ndarray] = []
+        self._leaves = 0  # how many arrays it returns
         self._tree: Any = None
         self._compiled: Any = None
 
@@ -73,19 +73,30 @@ class JaxModel(SourceModel):
             names = list(input_names)
         model = cls(callee, names, arrays, dynamic, notes)
         try:
-            out = model._call(arrays)
+            out = model._abstract(arrays)
         except OnnxBridgeError:
             raise
         except Exception as exc:  # noqa: BLE001 - the source failing on its own sample
             raise BadInputError(f"{callee.description} fails on inputs {model.sample.shapes()}: "
                                 f"{type(exc).__name__}: {first_line(exc)}") from None
         model._tree = out
-        model._reference0 = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
-        if not model._reference0:
+        model._leaves = len(jax.tree_util.tree_leaves(out))
+        if not model._leaves:
             raise BadInputError(f"{callee.description} returns no arrays")
         return model
 
     # running ---------------------------------------------------------------------------------
+    def _abstract(self, arrays: Sequence[np.ndarray]) -> Any:
+        """The output tree as shapes and dtypes (``jax.eval_shape``): the source traced on the sample's shapes,
+        neither compiled nor run, so loading does nothing validation alone needs."""
+        specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
+        with eval_mode(self.callee.module):
+            if self.callee.module is not None:
+                from flax import nnx
+
+                return nnx.eval_shape(lambda module, *args: module(*args), self.callee.module, *specs)
+            return jax.eval_shape(self.callee.fn, *specs)
+
     def _call(self, arrays: Sequence[np.ndarray]) -> Any:
         if self._compiled is None:
             self._compiled = compiled(self.callee)
@@ -132,8 +143,8 @@ class JaxModel(SourceModel):
         if exporter != "auto":
             raise BadInputError(f"--exporter {exporter} is for PyTorch sources; JAX sources export with jax2onnx")
         outputs = list(output_names) if output_names else self.default_output_names()
-        if len(outputs) != len(self._reference0):
-            raise BadInputError(f"{len(outputs)} output names for {len(self._reference0)} outputs")
+        if len(outputs) != self._leaves:
+            raise BadInputError(f"{len(outputs)} output names for {self._leaves} outputs")
         notes, caught = list(self.load_notes), []
         use = jax2onnx_opset(opset, notes)
         proto = self._to_onnx(use, outputs, notes, caught)

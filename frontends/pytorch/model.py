@@ -13,6 +13,7 @@ import torch
 from onnxbridge.errors import BadInputError, ExportError, OnnxBridgeError, first_line
 from onnxbridge.fileio import load_in_place
 from onnxbridge.plugins import Exported, SourceModel
+from onnxbridge.optimize import forget_rewriter_matches
 from onnxbridge.frontends.pytorch import archives, script_hints, unsafe_ops
 from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array, vary_dynamic
@@ -206,11 +207,9 @@ class TorchModel(SourceModel):
 
     def release(self) -> None:
         """Let go of the module and program, so their weights can be freed once nothing else holds them (a live
-        module the caller passed stays theirs, untouched); ``run`` and ``export`` fail after this."""
-        import gc
-
+        module the caller passed stays theirs, untouched); ``run`` and ``export`` fail after this. The exporter's
+        traces hold the parameters in reference cycles: they go when the spine collects garbage next."""
         self.module = self.program = None
-        gc.collect()  # the exporter's traces hold the parameters in reference cycles
 
     def _fails_on_sample(self) -> str | None:
         """Why the module cannot run on its sample inputs (one line), or None when it runs."""
@@ -432,8 +431,11 @@ class TorchModel(SourceModel):
             shapes = self._dynamic_shapes(target, notes) if self.program is None else None
             dyn = {k: v for k, v in self._dynamic_axes(output_names).items() if k in input_names}
             dynamic = {"dynamic_shapes": shapes} if shapes is not None else {"dynamic_axes": dyn or None}
-            torch.onnx.export(target, args, str(path), kwargs=kwargs or None, dynamo=True, external_data=True,
-                              verbose=False, **dynamic, **common)
+            try:
+                torch.onnx.export(target, args, str(path), kwargs=kwargs or None, dynamo=True, external_data=True,
+                                  verbose=False, **dynamic, **common)
+            finally:
+                forget_rewriter_matches()  # else they keep the exported graph, and the weights, alive
             if opset is not None and opset < 14 and _drop_runtime_allowzero(path):
                 notes.append("Reshape allowzero=1 dropped where the shape is computed at run time (from sizes "
                              "torch.export keeps nonzero), so the adapters can move it below opset 14")

@@ -176,15 +176,17 @@ class SklearnModel(SourceModel):
         got, features = None, None
         try:
             import onnx
-            import onnxruntime as ort
+
+            from onnxbridge import runtime
 
             probe = onnx.ModelProto()
             probe.CopyFrom(model)
             trees = [n for n in probe.graph.node if n.op_type.startswith("TreeEnsemble")]
             if len(trees) == 1:  # the features the trees see, to measure their float32 error
                 probe.graph.output.append(onnx.helper.make_tensor_value_info(trees[0].input[0], 1, None))
-            session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
-            got = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})
+            # in the worker, as every onnxruntime session is: a crash there only loses this note
+            session = runtime.open(probe, what="the onnxruntime session of the tree-threshold check")
+            got = session({s.name: feeds[s.name] for s in session.input_specs})
             if len(trees) == 1:
                 got, features = got[:-1], got[-1]
         except Exception:  # noqa: BLE001 - validation reports a model that does not run

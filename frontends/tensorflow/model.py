@@ -266,11 +266,9 @@ class TFModel(SourceModel):
     def release(self) -> None:
         """Let go of the TF function and what it holds (a loaded SavedModel's variables), so that its weights are
         freed before onnxruntime loads the ONNX model's; a live model the caller passed stays theirs. ``run`` and
-        ``export`` fail after this."""
-        import gc
-
+        ``export`` fail after this. Traced functions hold their captured variables in reference cycles: they go
+        when the spine collects garbage next."""
         self.fn = None
-        gc.collect()  # traced functions hold their captured variables in reference cycles
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         tf = import_tf()

@@ -145,3 +145,22 @@ def test_checker_rejection_falls_back_to_the_default_opset(monkeypatch, tmp_path
     assert result.passed and result.report["artifact"]["opset"] == 15
     assert len(result.report["hops"]) == 2  # the adapters' hop: opset 23 -> 15
     assert any("exported at opset 23 instead" in n for n in result.report["notes"])
+
+
+@pytest.mark.parametrize("validate", [False, True])
+def test_validation_off_compiles_and_runs_nothing(example, validate, tmp_path, monkeypatch):
+    """Loading evaluates the output tree abstractly (eval_shape); the source is compiled and run for validation
+    only."""
+    from onnxbridge.frontends.jax import model as jax_model
+
+    built = []
+    compiled = jax_model.compiled
+    monkeypatch.setattr(jax_model, "compiled", lambda callee: built.append(callee) or compiled(callee))
+    model, x = example.mlp()
+    result = onnxbridge.convert(model, x, output=tmp_path / "m.onnx", validate=validate)
+    assert result.report["status"] == ("passed" if validate else "skipped")
+    assert len(built) == (1 if validate else 0)
+    from onnxbridge.errors import BadInputError
+
+    with pytest.raises(BadInputError, match="fails on inputs"):  # still caught at load
+        onnxbridge.convert(model, np.zeros((2, 5), np.float32), output=tmp_path / "bad.onnx", validate=False)
