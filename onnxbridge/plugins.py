@@ -71,7 +71,7 @@ class SourceModel(ABC):
     def release(self) -> None:
         """Drop every reference to the framework model once nothing will run it again: the spine calls this before
         onnxruntime loads the exported weights, then runs the garbage collector (weights held in reference cycles
-        go then, while the worker opens its session), so the two never hold them at once. Default: keep it."""
+        go then), so the two never hold them at once. Default: keep it."""
 
     def info(self) -> dict:
         return {"frontend": self.frontend, "framework": self.framework, "kind": self.kind, "description": self.description,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from onnxbridge.errors import BadInputError, UnsupportedError
 from onnxbridge.specs import TensorSpec
@@ -145,10 +145,9 @@ class Session:
 
 
 def open(model: "str | Path | onnx.ModelProto", *, optimize: bool = True, fp16: bool | None = None,
-         what: str | None = None, meanwhile: "Callable[[], object] | None" = None):
+         what: str | None = None):
     """An onnxruntime session on ``model`` in the worker process: a runner with ``input_specs`` and
-    ``output_names``. A crash while it is made or run raises NativeCrash naming ``what`` (default: the file).
-    ``meanwhile``: called here while the worker makes the session."""
+    ``output_names``. A crash while it is made or run raises NativeCrash naming ``what`` (default: the file)."""
     from onnxbridge.registry import dist_version
     from onnxbridge.worker import RunnerSpec, open_runner
 
@@ -157,7 +156,7 @@ def open(model: "str | Path | onnx.ModelProto", *, optimize: bool = True, fp16: 
                     else "an onnxruntime session")
     spec = RunnerSpec("onnxbridge.runtime:Session", {"model": arg, "optimize": optimize, "fp16": fp16},
                       library=f"onnxruntime {dist_version('onnxruntime')}")
-    return open_runner(spec, name, meanwhile=meanwhile)
+    return open_runner(spec, name)
 
 
 def fold_constants(src: Path, dest: Path, *, external_data: bool = False) -> None:

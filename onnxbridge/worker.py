@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from onnxbridge import errors
 from onnxbridge.errors import NativeCrash, OnnxBridgeError
@@ -112,14 +112,12 @@ class Worker:
         return self.proc.poll() is None
 
     def request(self, message: tuple, *, step: str, library: str, timeout: float | None = None,
-                progress=None, meanwhile: Callable[[], object] | None = None) -> Any:
+                progress=None) -> Any:
         """Send ``message``, return the answer; a dead worker raises NativeCrash, an error there is raised here.
-        Lines the call prints through a ``RelayedProgress`` go to ``progress`` (a ``Progress``) meanwhile;
-        ``meanwhile`` is called here once the message is sent, before waiting for the answer."""
+        Lines the call prints through a ``RelayedProgress`` go to ``progress`` (a ``Progress``) meanwhile."""
         self.release()
         self._follow_cwd()
-        return self._request(message, step=step, library=library, timeout=timeout, progress=progress,
-                             meanwhile=meanwhile)
+        return self._request(message, step=step, library=library, timeout=timeout, progress=progress)
 
     def _follow_cwd(self) -> None:
         """Relative paths in a request mean what they mean here: the worker moves to this process's directory."""
@@ -142,15 +140,13 @@ class Worker:
                 return
 
     def _request(self, message: tuple, *, step: str, library: str, timeout: float | None = None,
-                 progress=None, meanwhile: Callable[[], object] | None = None) -> Any:
+                 progress=None) -> Any:
         from onnxbridge.budget import memory_limit
 
         limit = memory_limit()
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             self.conn.send(message)
-            if meanwhile is not None:
-                meanwhile()
             while True:
                 self._wait(deadline, limit, step, library)
                 status, value = self.conn.recv()
@@ -310,11 +306,11 @@ class RemoteRunner:
     """A runner living in the worker. Calls send feeds, return outputs; ``last_seconds`` is the time the run took
     there. Attributes named in ``RUNNER_ATTRIBUTES`` are copied from the object when it is made."""
 
-    def __init__(self, spec: RunnerSpec, step: str, *, meanwhile: Callable[[], object] | None = None):
+    def __init__(self, spec: RunnerSpec, step: str):
         self.spec, self.step = spec, step
         self._worker = worker()
         self.handle, attributes = self._worker.request(("open", spec.factory, spec.kwargs), step=step,
-                                                       library=spec.library, meanwhile=meanwhile)
+                                                       library=spec.library)
         for name in RUNNER_ATTRIBUTES:
             setattr(self, name, attributes.get(name))
         self.last_seconds: float | None = None
@@ -369,15 +365,9 @@ class LocalRunner:
         return self._run(feeds, True)
 
 
-def open_runner(spec: RunnerSpec, step: str, *, meanwhile: Callable[[], object] | None = None,
-                ) -> "RemoteRunner | LocalRunner":
-    """The runner ``spec`` describes, living in the worker (here with ``ONNXBRIDGE_IN_PROCESS=1``); ``meanwhile``
-    runs here while the worker makes it (before, in process)."""
-    if in_process():
-        if meanwhile is not None:
-            meanwhile()
-        return LocalRunner(spec, step)
-    return RemoteRunner(spec, step, meanwhile=meanwhile)
+def open_runner(spec: RunnerSpec, step: str) -> "RemoteRunner | LocalRunner":
+    """The runner ``spec`` describes, living in the worker (here with ``ONNXBRIDGE_IN_PROCESS=1``)."""
+    return LocalRunner(spec, step) if in_process() else RemoteRunner(spec, step)
 
 
 class RemoteProbe:
