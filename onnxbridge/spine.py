@@ -126,6 +126,17 @@ def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> lis
     return problems
 
 
+def _let_go(src: "SourceModel") -> None:
+    """``src.release()``, then a full garbage collection where the frontend lets anything go (weights held in
+    reference cycles). Frontends that keep their model skip it: with torch or TF imported a collection takes
+    0.3 s or more, which every small conversion paid."""
+    from onnxbridge.plugins import SourceModel
+
+    src.release()
+    if type(src).release is not SourceModel.release:
+        gc.collect()
+
+
 def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict, count: int = 1,
          seed: int = 0, latency_runs: int = 0, release: bool = False) -> tuple[dict, list[Sample], Any, Any]:
     """The first hop, source -> ONNX; also the samples every later hop uses, the source's outputs on them
@@ -142,8 +153,7 @@ def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: d
     source = SourceOutputs(src.run, _source_ran(src))
     if release:
         source.prefetch(samples)
-        src.release()
-        gc.collect()  # before the session: collecting while the worker loads it raised GPT-2's peak 1.27x -> 1.50x
+        _let_go(src)  # before the session: collecting while the worker loads it raised GPT-2's peak 1.27x -> 1.50x
     candidate = runtime.open(model_path, what=f"the onnxruntime session of {_shown(model_path)}")
     hop = validate_hop(src.frontend, "onnx", source, candidate, samples, candidate.output_names, tol, latency_runs)
     hop["errors"] += _check_dynamic(src, candidate.input_specs)
@@ -475,8 +485,7 @@ class _Conversion:
                 with workdir() as scratch:
                     exported = self.export(src, scratch)
                     if not self.validate:
-                        src.release()  # nothing runs the source model again: its weights can go now
-                        gc.collect()
+                        _let_go(src)  # nothing runs the source model again: its weights can go now
                     model, base_dir, before = self.finalize(src, exported, scratch)
                     model, unoptimized = self.optimize_graph(model, base_dir, scratch)
                     dest = self.write(model, base_dir, scratch)
