@@ -219,14 +219,15 @@ _lock = threading.Lock()
 _worker: Worker | None = None
 
 
-def worker() -> Worker:
-    """The process's worker, started (or restarted after a crash) on demand."""
+def worker(preload: tuple[str, ...] = ()) -> Worker:
+    """The process's worker, started (or restarted after a crash) on demand; a worker it starts imports
+    ``preload`` before serving."""
     global _worker
     with _lock:
         if _worker is None or not _worker.alive:
             if _worker is not None:
                 _worker.kill()
-            _worker = Worker()
+            _worker = Worker(preload=preload)
         return _worker
 
 
@@ -236,14 +237,8 @@ PRELOAD_ENV = "ONNXBRIDGE_WORKER_PRELOAD"  # modules a started worker imports be
 def prewarm(modules: tuple[str, ...] = ("numpy", "onnx", "onnxruntime")) -> None:
     """Start the worker now, importing ``modules`` there while this process goes on (a conversion's export):
     its first call then finds them loaded. Nothing happens in process mode or when a worker is running."""
-    global _worker
-    if in_process():
-        return
-    with _lock:
-        if _worker is None or not _worker.alive:
-            if _worker is not None:
-                _worker.kill()
-            _worker = Worker(preload=modules)
+    if not in_process():
+        worker(preload=modules)
 
 
 @atexit.register
