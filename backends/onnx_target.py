@@ -19,8 +19,9 @@ PRECISION_HINTS = {"int8": "quantize the model (e.g. onnxruntime.quantization) a
                            "with --calibration)"}
 TARGETS = ()
 MAX_OPSET = None
-# the artifact is the ONNX model the spine writes: written at the output (any file name), returned in memory when
-# there is no output (Python API); ``build`` only completes it
+# the artifact is the ONNX model the spine writes: written at the output (which must end with .onnx: an ONNX file
+# is never written under another format's name), returned in memory when there is no output (Python API); ``build``
+# only completes it
 ONNX_ARTIFACT = True
 
 

@@ -1,7 +1,8 @@
 """``onnxbridge`` commands. Only click is imported at start-up; each command imports what it uses.
 
 Exit codes: 0 ok, 1 validation failed, 2 bad input or usage, 3 backend/toolchain unavailable,
-4 internal error (a bug: please report it with --debug output).
+4 internal error (a bug: please report it with --debug output), 5 validation incomplete (a hop was skipped:
+it did not run here, e.g. TensorRT without a GPU; --allow-skipped accepts it).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import click
 
 from onnxbridge._version import __version__
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERNAL = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERNAL, EXIT_SKIPPED = 0, 1, 2, 3, 4, 5
 
 
 def _stderr(message: str) -> None:
@@ -79,7 +80,8 @@ def cli(quiet: bool, debug: bool) -> None:
     """Move trained models between frameworks and runtimes through ONNX, validated hop by hop.
 
     \b
-    Exit codes: 0 ok, 1 validation failed, 2 bad input, 3 backend unavailable, 4 internal error.
+    Exit codes: 0 ok, 1 validation failed, 2 bad input, 3 backend unavailable, 4 internal error,
+    5 validation incomplete (a hop was skipped, e.g. TensorRT without a GPU; --allow-skipped accepts it).
     """
 
 
@@ -99,7 +101,7 @@ def report_options(fn):
         click.option("--samples", type=click.IntRange(1, 1000), default=1, show_default=True,
                      help="Random input batches to compare (besides the grown dynamic-axis sample)."),
         click.option("--latency-runs", type=click.IntRange(0, 10000), default=0, show_default=True,
-                     help="Time each runtime: median of N runs after a warm-up (0: mean of the validation runs)."),
+                     help="Time each runtime: median of N warm runs after a warm-up (0: no latency figures)."),
         click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error", show_default=True,
                      help="Exit 1 on failed hops only (error), or also on warnings and skipped samples (warning)."),
         click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML (one test case per output)."),
@@ -108,6 +110,15 @@ def report_options(fn):
     ]):
         fn = option(fn)
     return fn
+
+
+ALLOW_SKIPPED_HELP = ("Exit 0, not 5, when validation is incomplete: a hop was skipped because it cannot run here "
+                      "(e.g. TensorRT without a GPU). The report still says skipped, never passed.")
+
+
+def allow_skipped_option(fn):
+    """``--allow-skipped``: a skipped hop (status ``skipped``) is exit 0 instead of ``EXIT_SKIPPED``."""
+    return click.option("--allow-skipped", is_flag=True, help=ALLOW_SKIPPED_HELP)(fn)
 
 
 def localize_option(default: str):
@@ -168,7 +179,7 @@ def _flag(name: str, by_plugin: dict, selector: str):
               help="Where to write the model (.onnx, .mlpackage, .dlc, .engine).")
 @click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
 @click.option("--to", help=f"Target format: {', '.join(_backend_names())} (default: the one whose files end like "
-              "-o, else onnx).")
+              "-o; a suffix no backend writes is refused).")
 @click.option("--target", metavar="TARGET", help="Backend deployment target (Core ML: iOS15, iOS16 (default), iOS17, iOS18).")
 @click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
@@ -196,6 +207,7 @@ def _flag(name: str, by_plugin: dict, selector: str):
               default=None, help="Simplify the graph (onnxscript's optimizer: constant folding, dead and Identity "
               "nodes, shape arithmetic; bare flag = default) and validate it against the graph before, as a hop.")
 @report_options
+@allow_skipped_option
 @localize_option("off")
 @plugin_options("frontend")
 @plugin_options("backend")
@@ -203,7 +215,7 @@ def _flag(name: str, by_plugin: dict, selector: str):
 @handle_errors
 def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
             validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, localize,
-            seed, external_data, report, trust, optimize, **options):
+            seed, external_data, report, trust, optimize, allow_skipped, **options):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
     SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
@@ -229,11 +241,26 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
         console.print(f"wrote {art['path']} ({built}opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} "
                       "bytes" + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "")
                       + ")")
-    _finish(ctx, rep, console, fail_on)
+    _finish(ctx, rep, console, fail_on, allow_skipped)
 
 
-def _finish(ctx, rep: dict, console, fail_on: str = "error") -> None:
-    """Print the report (the spine wrote its files) and exit 1 on failure (or on warnings with --fail-on warning)."""
+WARNINGS_SHOWN = 10  # warning lines printed after the table (all of them are in the JSON report)
+WARNING_CHARS = 300  # each cut to one line of at most this many characters
+
+
+def _warning_lines(warnings: list[str]) -> list[str]:
+    """The report's warnings as printed: one line each (whitespace folded, cut at ``WARNING_CHARS``), duplicates
+    dropped, at most ``WARNINGS_SHOWN`` and a line counting the rest."""
+    lines = list(dict.fromkeys(" ".join(str(w).split()) for w in warnings if str(w).strip()))
+    cut = [w if len(w) <= WARNING_CHARS else w[:WARNING_CHARS - 3] + "..." for w in lines[:WARNINGS_SHOWN]]
+    more = len(lines) - len(cut)
+    return cut + ([f"{more} more warning(s) in the JSON report (--report)"] if more > 0 else [])
+
+
+def _finish(ctx, rep: dict, console, fail_on: str = "error", allow_skipped: bool = False) -> None:
+    """Print the report (the spine wrote its files), its notes and warnings (an exporter freezing a traced value,
+    ... explain a verdict), and exit 1 on failure (or on warnings with --fail-on warning), ``EXIT_SKIPPED`` when a
+    hop did not run (unless ``allow_skipped``)."""
     from rich.markup import escape
 
     from onnxbridge import report as reports
@@ -242,10 +269,15 @@ def _finish(ctx, rep: dict, console, fail_on: str = "error") -> None:
         reports.render(rep, console)
         for line in rep["notes"]:
             console.print(f"[dim]note: {escape(line)}[/]")
+        for line in _warning_lines(rep["warnings"]):
+            console.print(f"[dim yellow]warning: {escape(line)}[/]")
         console.print(f"status: [bold]{rep['status']}[/]")
     if rep["status"] == "failed":
         _stderr(f"error: {reports.failure_summary(rep)}")
         ctx.exit(EXIT_FAILED)
+    if reports.incomplete(rep) and not allow_skipped:
+        _stderr(f"error: {reports.skipped_summary(rep)} (exit {EXIT_SKIPPED}; --allow-skipped accepts it)")
+        ctx.exit(EXIT_SKIPPED)
     warned = reports.warnings_of(rep)
     if fail_on == "warning" and warned:
         _stderr(f"error: --fail-on warning: {len(warned)} warning(s), first: {warned[0][:300]}")
@@ -264,12 +296,13 @@ def _finish(ctx, rep: dict, console, fail_on: str = "error") -> None:
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
 @report_options
+@allow_skipped_option
 @localize_option("auto")
 @plugin_options("frontend")
 @click.pass_context
 @handle_errors
 def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, samples, latency_runs,
-             fail_on, junit, markdown, html, localize, seed, report, trust, **options):
+             fail_on, junit, markdown, html, localize, seed, report, trust, allow_skipped, **options):
     """Compare CONVERTED (ONNX) with SOURCE on the same inputs; exit 1 if they differ."""
     from onnxbridge.spine import validate as run_validate
 
@@ -277,7 +310,7 @@ def validate(ctx, source, converted, inputs, from_, input_shapes, precision, ato
                        precision=precision, atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
                        latency_runs=latency_runs, seed=seed, report=report, progress=_progress(ctx),
                        renderers=_renderers(junit, markdown, html), localize=localize, **_plugin_values(options))
-    _finish(ctx, rep, _console(ctx), fail_on)
+    _finish(ctx, rep, _console(ctx), fail_on, allow_skipped)
 
 
 @cli.command()
@@ -434,11 +467,15 @@ def doctor(ctx, as_json):
 @click.option("--no-cache", "no_cache", is_flag=True, help="Run every cell, even those that passed before with the "
               "same inputs.")
 @click.option("--timeout", type=click.FloatRange(min=1), metavar="S", help="Seconds a cell may take (then: error).")
+@click.option("--allow-skipped", is_flag=True, help="Exit 0, not 5, when cells were skipped (not run or not compared: "
+              "a target that does not apply the precision or is not installed, a hop that needs a GPU). They stay "
+              "skipped in the summaries, never passed.")
 @click.pass_context
 @handle_errors
-def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline, no_cache, timeout):
+def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline, no_cache, timeout, allow_skipped):
     """Convert and validate every model x target x precision x opset of MANIFEST (TOML), each cell in a process of
-    its own; reuses cells that passed with the same inputs. Exit 1 on a failed or error cell or a regression."""
+    its own; reuses cells that passed with the same inputs. Exit 1 on a failed or error cell or a regression, 5 when
+    cells were skipped (unless --allow-skipped)."""
     from onnxbridge.matrix import matrix as run_matrix
 
     result = run_matrix(manifest, outdir, workers=workers, executor=executor, ray_address=ray_address,
@@ -456,8 +493,17 @@ def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline
         for cell in result["cells"]:
             if cell["status"] in ("failed", "error"):
                 console.print(f"[red]{cell['status']}[/] {escape(cell['name'])}: {escape(cell.get('reason') or '')}")
+            elif cell["status"] == "skipped":
+                console.print(f"[dim]skipped {escape(cell['name'])}: {escape(cell.get('reason') or '')}[/]")
         console.print(f"wrote {outdir}/matrix.json, matrix.xml, matrix.md, matrix.html")
-    ctx.exit(EXIT_OK if result["status"] == "passed" else EXIT_FAILED)
+    if result["status"] == "skipped" and not allow_skipped:
+        skipped = [c for c in result["cells"] if c["status"] == "skipped"]
+        first = skipped[0]
+        _stderr(f"error: matrix incomplete: {len(skipped)} cell(s) skipped, first {first['name']}: "
+                f"{' '.join(str(first.get('reason') or 'not run').split())[:300]} (exit {EXIT_SKIPPED}; "
+                "--allow-skipped accepts it)")
+        ctx.exit(EXIT_SKIPPED)
+    ctx.exit(EXIT_FAILED if result["status"] == "failed" else EXIT_OK)
 
 
 @cli.command()

@@ -2,7 +2,8 @@
 
     import onnxbridge
     result = onnxbridge.convert(model, (x,), output="model.onnx", opset=17)
-    result.report["status"]          # "passed" / "failed"
+    result.report["status"]          # "passed" / "failed" / "skipped" (a hop that did not run: never a pass)
+    result.raise_for_status()        # ValidationFailed, or ValidationSkipped (allow_skipped=True accepts it)
     onnxbridge.validate(model_or_factory, "model.onnx", inputs="inputs.npz")
 
 Nothing heavy is imported until it is used.

@@ -81,6 +81,7 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "to": _of(str, "a str"), "from_": _of(str, "a str"), "target": _of(str, "a str"),
     "validate": _of(bool, "True or False"), "trust": _of(bool, "True or False"),
     "progress": _of(bool, "True or False"), "raise_on_failure": _of(bool, "True or False"),
+    "allow_skipped": _of(bool, "True or False"),
     "external_data": _of(bool, "True, False or None"),
     "output": _path, "report": _path, "timing_cache": _path, "calibration": _path, "inputs": _inputs,
     "input_shapes": _list_of((str, TensorSpec), "'NAME:D1,D2,...' str or TensorSpec"),

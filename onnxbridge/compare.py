@@ -1,6 +1,7 @@
 """Compare one output against its reference: the metrics a person and a CI need."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,11 +43,14 @@ def topk_agreement(ref: "np.ndarray", got: "np.ndarray", k: int = 5) -> float | 
     return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(top_r.tolist(), top_g.tolist())]))
 
 
-def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -> dict:
+def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float, scaled: bool = False) -> dict:
     """Metrics for one output pair; ``passed`` uses numpy.allclose semantics with NaNs compared too.
 
-    Floating outputs are read in chunks of ``CHUNK`` values (float64 there, so every per-value figure is what a
-    float64 computation gives; sums accumulate in float64): no full-size float64 copy or temporary is made."""
+    ``scaled``: the absolute floor is at most ``rtol`` times the output's own scale (its largest finite |value|),
+    so an output whose values are all far below ``atol`` is still judged, relative to itself (``atol`` in the
+    result is the one applied). Floating outputs are read in chunks of ``CHUNK`` values (float64 there, so every
+    per-value figure is what a float64 computation gives; sums accumulate in float64): no full-size float64 copy or
+    temporary is made."""
     import numpy as np
 
     ref, got = np.asarray(ref), np.asarray(got)
@@ -63,8 +67,11 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
         frac = float(1.0 - equal.mean()) if equal.size else 0.0
         return {**res, "kind": "exact", "mismatch_fraction": frac,
                 "passed": bool(equal.all())}
-    acc = _Accumulator(atol, rtol)
     flat_r, flat_g = ref.reshape(-1), got.reshape(-1)
+    scale = largest(flat_r)
+    if scaled and scale > 0:
+        atol = min(atol, rtol * scale)
+    acc = _Accumulator(atol, rtol)
     for start in range(0, flat_r.size, CHUNK):
         acc.add(flat_r[start:start + CHUNK], flat_g[start:start + CHUNK])
     n = max(int(ref.size), 1)
@@ -82,6 +89,11 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
         # the smallest atol that would pass at this rtol (Polygraphy's "minimum required tolerance")
         "required_atol": acc.required_atol,
         "error_histogram": acc.histogram,
+        "scale": scale,
+        "rel_rms": math.sqrt(acc.sum_sq / acc.norm_r) if acc.norm_r > 0 else (0.0 if acc.sum_sq == 0 else None),
+        "snr_db": 10 * math.log10(acc.norm_r / acc.sum_sq) if acc.sum_sq > 0 and acc.norm_r > 0 else None,
+        "atol": atol,
+        "rtol": rtol,
     }
     if ref.ndim == 2 and ref.shape[1] >= 2 and ref.shape[0]:  # [batch, classes]: small enough to widen whole
         r, g = ref.astype(np.float64), got.astype(np.float64)
@@ -98,6 +110,19 @@ def compare(ref: "np.ndarray", got: "np.ndarray", *, atol: float, rtol: float) -
 CHUNK = 1 << 15  # values per chunk: a few float64 chunk temporaries stay in the CPU's cache
 
 
+def largest(flat: "np.ndarray") -> float:
+    """The largest finite |value| of a flat float array (0.0 for none), read in chunks."""
+    import numpy as np
+
+    top = 0.0
+    for start in range(0, flat.size, CHUNK):
+        chunk = np.abs(flat[start:start + CHUNK].astype(np.float64))
+        chunk = chunk[np.isfinite(chunk)]
+        if chunk.size:
+            top = max(top, float(chunk.max()))
+    return top
+
+
 class _Accumulator:
     """Running metrics over chunks of a (reference, output) pair; every per-value figure is computed in float64."""
 
@@ -108,7 +133,7 @@ class _Accumulator:
         self.nonfinite_ref = self.nonfinite_out = 0
         self.one_sided = [0] * 5  # NaN in output only, inf in output only, NaN/inf in reference only, wrong sign
         self.max_abs = self.max_rel = self.required_atol = 0.0
-        self.sum_abs = self.dot = self.norm_r = self.norm_g = 0.0
+        self.sum_abs = self.dot = self.norm_r = self.norm_g = self.sum_sq = 0.0
         self.work: list | None = None  # the chunk buffers
 
     def add(self, rc: "np.ndarray", gc: "np.ndarray") -> None:
@@ -147,6 +172,7 @@ class _Accumulator:
         self.dot += float(np.multiply(r, g, out=tm).sum())
         self.norm_r += float(np.multiply(r, r, out=tm).sum())
         self.norm_g += float(np.multiply(g, g, out=tm).sum())
+        self.sum_sq += float(np.multiply(d, d, out=tm).sum())
         for i, edge in enumerate(HISTOGRAM_EDGES):  # only the edges inside [lo, hi] need a count
             self.below[i] += 0 if edge <= lo else d.size if edge > hi else \
                 int(np.count_nonzero(np.less(d, edge, out=flags)))
@@ -215,12 +241,19 @@ def merge(worst: dict | None, new: dict) -> dict:
         return dict(new)
     out = dict(worst)
     for key in ("max_abs", "mean_abs", "max_rel", "mismatch_fraction", "required_atol", "nan_mismatch",
-                "nonfinite_reference", "nonfinite_output"):
+                "nonfinite_reference", "nonfinite_output", "scale"):
         if key in new:
             out[key] = max(out.get(key, 0), new[key])
     for key in ("cosine", "top1_agreement", "top5_agreement"):
         if key in new:
             out[key] = min(out.get(key, 1.0), new[key])
+    for key, worse in (("rel_rms", max), ("snr_db", min)):  # None: not measurable (no error, or no signal)
+        if new.get(key) is not None:
+            out[key] = new[key] if out.get(key) is None else worse(out[key], new[key])
+    if not new["passed"] and worst.get("passed", True):  # the budget and check of the first failing sample
+        for key in ("budget", "failed_check", "atol", "rtol"):
+            if key in new:
+                out[key] = new[key]
     if "error_histogram" in new:
         old = out.get("error_histogram") or [0] * len(new["error_histogram"])
         out["error_histogram"] = [a + b for a, b in zip(old, new["error_histogram"])]

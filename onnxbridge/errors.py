@@ -59,6 +59,14 @@ class ValidationFailed(OnnxBridgeError):
         self.report = report
 
 
+class ValidationSkipped(ValidationFailed):
+    """Validation is incomplete: a hop (or a required check, such as the dynamic axes) did not run here, e.g. a
+    TensorRT hop without a CUDA GPU. Never a pass: the CLI exits 5 unless ``--allow-skipped`` (Python:
+    ``raise_for_status(allow_skipped=True)``, ``validate(..., allow_skipped=True)``)."""
+
+    exit_code = 5
+
+
 EXIT_INTERNAL = 4
 
 

@@ -51,8 +51,15 @@ def calibration_for(src: "SourceModel", batches: int, *, batch: int | None = Non
     return {name: np.stack([s.feeds[name] for s in drawn]) for name in drawn[0].feeds}
 
 
-def save_npz(arrays: dict[str, "np.ndarray"], path: str | Path) -> Path:
-    """Write ``arrays`` to ``path`` (.npz, written atomically; the name must end in .npz)."""
+RANDOM_MARK = "onnxbridge inputs, random: "  # the .npz's ZIP comment when its batches were drawn at random
+
+
+def save_npz(arrays: dict[str, "np.ndarray"], path: str | Path, random: str | None = None) -> Path:
+    """Write ``arrays`` to ``path`` (.npz, written atomically; the name must end in .npz). ``random``: what was drawn
+    at random, kept as the file's ZIP comment (numpy ignores it) so int8 builds can warn that they were calibrated
+    on random data (``random_origin``)."""
+    import zipfile
+
     import numpy as np
 
     from onnxbridge.fileio import atomic_write_bytes
@@ -62,7 +69,23 @@ def save_npz(arrays: dict[str, "np.ndarray"], path: str | Path) -> Path:
         raise BadInputError(f"-o '{path}': an inputs file ends in .npz")
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
+    if random:
+        with zipfile.ZipFile(buffer, "a") as archive:
+            archive.comment = (RANDOM_MARK + random).encode("utf-8")[:65535]
     return atomic_write_bytes(path, buffer.getvalue())
+
+
+def random_origin(path: str | Path) -> str | None:
+    """What was drawn at random in an .npz ``onnxbridge inputs`` wrote (its ZIP comment), or None (not marked, a
+    folder of .npy, unreadable)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            comment = archive.comment.decode("utf-8", "replace")
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return None
+    return comment[len(RANDOM_MARK):] if comment.startswith(RANDOM_MARK) else None
 
 
 def write_inputs(source: Any, output: str | Path, *, batch: int | None = None, seed: int = 0,
@@ -88,6 +111,11 @@ def write_inputs(source: Any, output: str | Path, *, batch: int | None = None, s
     else:
         arrays = calibration_for(src, calibration, batch=batch, seed=seed)
         origin = f"{calibration} batch(es) from seed {seed}"
-    path = save_npz(arrays, output)
+    # only seed 0 at the sample's own batch is the source's sample (real data where the factory gives it)
+    drawn = calibration if (seed or batch is not None or "random" in (src.sample.origin or "")) else \
+        (calibration or 1) - 1
+    random = None if calibration is None or not drawn else \
+        f"{drawn} of {calibration} calibration batch(es) drawn at random ({origin})"
+    path = save_npz(arrays, output, random)
     return {"path": str(path), "origin": origin, "calibration": calibration,
             "arrays": {k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()}}

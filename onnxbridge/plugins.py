@@ -111,7 +111,9 @@ class Backend(Protocol):
     Optional members: ``TARGETS`` (the deployment targets ``--target`` may name; none by default), ``MAX_OPSET``
     (the newest opset it consumes, None for any: its build adapts down itself), ``HOP_NAME`` (what its hop is called, default its name), ``ONNX_PRECISIONS`` (precisions the
     spine applies to the ONNX model itself before ``build``), ``ONNX_ARTIFACT`` (the artifact is the ONNX model the
-    spine writes: written at the output, any file name, or returned in memory when there is no output path), ``PRECISION_HINTS`` (precision -> what to do instead, for refusals),
+    spine writes: written at the output, named with one of its ``SUFFIXES``, or returned in memory when there is no output path), ``PRECISION_HINTS`` (precision -> what to do instead, for refusals),
+    ``KEEPS_DYNAMIC`` (False: its artifacts have static shapes, so ``--dynamic`` is refused before any work unless
+    ``--input-shape`` fixes that input; default True),
     ``companions(output)`` (files written beside ``output``: removed with it on failure, counted in its size),
     ``rewrites(onnx_path, context)`` (the legalization a build would apply), ``probe(artifact, onnx_path,
     checkpoints) -> onnxbridge.localize.probe.Sides`` (the artifact's intermediates by ONNX tensor name, for

@@ -49,7 +49,7 @@ def keep(records: Sequence[warnings.WarningMessage], caught: list[str], limit: i
     """Add the first line of each warning about the model to ``caught`` (deduplicated, at most ``limit``); log the
     rest at debug."""
     for r in records:
-        text = first_line(r.message, 200)
+        text = first_line(r.message, 300)  # a TracerWarning's "... might not generalize to other inputs!" fits
         if is_noise(r):
             log.debug("%s (%s:%s): %s", r.category.__name__, r.filename, r.lineno, text)
         elif text not in caught and len(caught) < limit:

@@ -83,17 +83,22 @@ class Session:
     """An onnxruntime CPU session as a runner (made in the worker by ``open``).
 
     A model that computes in fp16 is first loaded once with default session options (the artifact must load as a
-    user would load it; onnxruntime has crashed on fp16 graphs there), then run node by node (``fp16eval``) so every
-    intermediate really is fp16: onnxruntime's CPU provider would otherwise compute chains of fp16 ops in fp32.
+    user would load it; onnxruntime has crashed on fp16 graphs there), then run as ``emulation.of_fp16_file``
+    rewrites it, so every intermediate really is fp16: onnxruntime's CPU provider would otherwise compute chains of
+    fp16 ops in fp32. Where a value leaves fp16's range, the node-by-node evaluator (``fp16eval``) names the node.
+
+    ``emulate="fp16"``: the model is an fp32 graph and the runner is its fp16 emulation (``emulation.of_fp32_graph``),
+    the yardstick a reduced-precision hop's error is measured against.
     """
 
-    def __init__(self, model: "str | bytes", *, optimize: bool = True, fp16: bool | None = None):
+    def __init__(self, model: "str | bytes", *, optimize: bool = True, fp16: bool | None = None,
+                 emulate: str | None = None):
         import onnx
         import onnxruntime as ort
 
-        from onnxbridge import wellformed
+        from onnxbridge import emulation, wellformed
         from onnxbridge.fileio import load_in_place
-        from onnxbridge.fp16eval import Fp16Evaluator, computes_in_fp16
+        from onnxbridge.fp16eval import computes_in_fp16
 
         source = model if isinstance(model, str) else onnx.load_from_string(model)
         # A file's large weights are neither parsed here nor copied by onnxruntime: the skeleton marks them as
@@ -101,60 +106,93 @@ class Session:
         # 1.8 s -> 0.9 s, worker peak 850 -> 590 MB); the graph is the file's, byte for byte the same weights.
         skeleton = load_in_place(source) if isinstance(source, str) else source
         wellformed.vet_here(skeleton, f"'{Path(source).name}'" if isinstance(source, str) else "the model")
+        base_dir = Path(source).resolve().parent if isinstance(source, str) else None
+        self.source = source
         self.fp16 = computes_in_fp16(skeleton) if fp16 is None else fp16
-        if isinstance(source, str):
-            sess = session(skeleton.SerializeToString(), optimize=optimize, base_dir=Path(source).resolve().parent)
-        else:
-            sess = session(source, optimize=optimize)
-        del skeleton
-        self.input_specs = input_specs(sess)
-        self.output_names = output_names(sess)
-        self._session = sess
-        if self.fp16:
-            self._nodes = Fp16Evaluator(source)
-            control = self._nodes.control_flow
-            self.what_ran = (f"onnxruntime {ort.__version__} CPU, one node at a time so every intermediate is stored "
-                             "in fp16 (rounded, inf beyond ±65504); each op computes as its CPU kernel does"
-                             + (f"; inside {', '.join(control)} bodies onnxruntime's own precision" if control else "")
-                             + "; latency: the file in a default session")
-        else:
-            self.what_ran = f"onnxruntime {ort.__version__} CPU" + ("" if optimize else ", optimizations off")
+        self.compute_precision = "fp16" if self.fp16 or emulate else "fp32"
+        self._nodes = None  # the node-by-node evaluator: made when needed
+        self._rounded = None  # the session on the rounded graph (fp16 files, emulations)
         self.last_notes: list[str] = []
         self.last_seconds: float | None = None
+        version = f"onnxruntime {ort.__version__} CPU"
+        if emulate:
+            if self.fp16:
+                raise BadInputError("an fp16 emulation is made of an fp32 graph; this model computes in fp16")
+            self._rounded = session(emulation.of_fp32_graph(skeleton).SerializeToString(), base_dir=base_dir)
+            self._session = None
+            self.what_ran = (f"{version}: an fp16 emulation of the fp32 graph (inputs, weights and every float "
+                             "value rounded to fp16 between ops, each op computed in fp32)")
+        else:
+            self._session = session(skeleton.SerializeToString(), optimize=optimize, base_dir=base_dir) \
+                if isinstance(source, str) else session(source, optimize=optimize)
+        self.input_specs = input_specs(self._session or self._rounded)
+        self.output_names = output_names(self._session or self._rounded)
+        if self.fp16:
+            try:
+                self._rounded = session(emulation.of_fp16_file(skeleton).SerializeToString(), base_dir=base_dir)
+                self.what_ran = (f"{version} on the fp16 graph with every fp16 value stored as fp16 (Casts after "
+                                 "each op: rounded, inf beyond ±65504), each op computed in fp32; latency: the "
+                                 "file in a default session")
+            except emulation.CannotEmulate as exc:
+                self._node_evaluator()
+                control = self._nodes.control_flow
+                self.what_ran = (f"{version}, one node at a time so every intermediate is stored in fp16 "
+                                 f"({exc}); each op computes as its CPU kernel does"
+                                 + (f"; inside {', '.join(control)} bodies onnxruntime's own precision"
+                                    if control else "") + "; latency: the file in a default session")
+        elif not emulate:
+            self.what_ran = version + ("" if optimize else ", optimizations off")
+        del skeleton
+
+    def _node_evaluator(self):
+        from onnxbridge.fp16eval import Fp16Evaluator
+
+        if self._nodes is None:
+            self._nodes = Fp16Evaluator(self.source)
+        return self._nodes
 
     def __call__(self, feeds: Mapping[str, "np.ndarray"]) -> list["np.ndarray"]:
-        """The outputs on ``feeds`` (fp16 graphs: node by node; ``last_seconds`` is then None, since that is not
-        how fast the model runs; ``fresh`` times the file itself)."""
+        """The outputs on ``feeds`` (fp16 graphs and emulations: their rounded graph, or node by node; then
+        ``last_seconds`` is None, since that is not how fast the model runs: ``fresh`` times the file itself)."""
         import time
 
         import numpy as np
 
-        if not self.fp16:
+        if not self.fp16 and self._rounded is None:
             t = time.perf_counter()
             out = run(self._session, feeds)
             self.last_seconds = time.perf_counter() - t
             return out
+        self.last_notes, self.last_seconds = [], None
+        if self._rounded is not None:
+            out = run(self._rounded, feeds)
+            if self.fp16 and not all(np.isfinite(o).all() for o in out if o.dtype.kind == "f"):
+                nodes = self._node_evaluator()  # name the node where a value left fp16's range
+                nodes(match_feeds([s.name for s in self.input_specs], feeds))
+                self.last_notes = list(nodes.last_notes)
+            return out
         out = self._nodes(match_feeds([s.name for s in self.input_specs], feeds))
         self.last_notes = list(self._nodes.last_notes)
-        self.last_seconds = None
         return [np.asarray(o) for o in out]
 
     def fresh(self, feeds: Mapping[str, "np.ndarray"]) -> list["np.ndarray"]:
         """A run of the file as written, in its own session (what latency figures time)."""
-        return run(self._session, feeds)
+        return run(self._session or self._rounded, feeds)
 
 
 def open(model: "str | Path | onnx.ModelProto", *, optimize: bool = True, fp16: bool | None = None,
-         what: str | None = None):
+         what: str | None = None, emulate: str | None = None):
     """An onnxruntime session on ``model`` in the worker process: a runner with ``input_specs`` and
-    ``output_names``. A crash while it is made or run raises NativeCrash naming ``what`` (default: the file)."""
+    ``output_names`` (``emulate="fp16"``: the fp16 emulation of an fp32 model). A crash while it is made or run
+    raises NativeCrash naming ``what`` (default: the file)."""
     from onnxbridge.registry import dist_version
     from onnxbridge.worker import RunnerSpec, open_runner
 
     arg = str(model) if isinstance(model, (str, Path)) else model.SerializeToString()
     name = what or (f"the onnxruntime session of {Path(model).name}" if isinstance(model, (str, Path))
                     else "an onnxruntime session")
-    spec = RunnerSpec("onnxbridge.runtime:Session", {"model": arg, "optimize": optimize, "fp16": fp16},
+    spec = RunnerSpec("onnxbridge.runtime:Session", {"model": arg, "optimize": optimize, "fp16": fp16,
+                                                     "emulate": emulate},
                       library=f"onnxruntime {dist_version('onnxruntime')}")
     return open_runner(spec, name)
 

@@ -268,3 +268,123 @@ def vary_dynamic(sample: Sample, dynamic: Sequence[DynamicAxis], size: Callable[
     if not changed:
         return None
     return Sample(feeds, origin=f"{sample.origin}, {what}")
+
+
+GROWTH_STEPS = 4  # second sizes an axis of size n may take besides n + 1: n + q, n + 2q, n + 4q, n + 8q
+GROWTH_TRIES = 4  # grown samples tried on the source before the dynamic axes count as not exercised
+INFER_MAX_NODES = 20000  # above this (main-graph nodes) no shape inference: the default sizes
+INFER_MAX_SECONDS = 5.0  # one inference slower than this: the default sizes
+
+
+def growth_sizes(n: int) -> list[int]:
+    """Second sizes for an axis of size ``n`` that keep its power-of-two divisibility (up to 16), smallest first:
+    n + q, n + 2q, n + 4q, n + 8q with q the largest power of two that divides n, at most 16 (64: 80, 96, 128,
+    192; 224: 240, 256, 288, 352; 1: 2, 3, 5, 9), so sources that need a multiple of their patch or stride run."""
+    q = min(n & -n, 16) if n > 0 else 1
+    return [n + q * 2 ** k for k in range(GROWTH_STEPS)]
+
+
+@dataclass
+class Growth:
+    """The grown samples to try for the dynamic axes, best first (``full``: each changes every shape that shape
+    inference derives from the axes, or nothing told which do), and how they were chosen."""
+
+    candidates: list[Sample]
+    full: bool
+    reason: str
+
+
+def _sizes_text(sample: Sample, dynamic: Sequence[DynamicAxis]) -> str:
+    return ", ".join(f"{n} {'x'.join(map(str, s))}" for n, s in sample.shapes().items()
+                     if any(d.name == n for d in dynamic))
+
+
+def grow(first: Sample, dynamic: Sequence[DynamicAxis], model_path: "str | Path | None" = None) -> Growth:
+    """The second sizes for the dynamic axes of ``first`` (several axes grow together, one step at a time).
+
+    With ``model_path`` (the ONNX model) shape inference (with data propagation) runs at the first size and at
+    each candidate (n + 1, then ``growth_sizes``): the values whose inferred shapes differ between them derive from
+    the axes, and the candidates that change every one of them come first, smallest first (65 leaves the 16x16
+    patch grid of a 64x64 image as it was; 80 does not). Without inference (no model, too big, or it fails) the
+    candidates are ``growth_sizes``; where nothing but the inputs derives from the axes, n + 1 comes first."""
+    growth: list[Sample] = []
+    for k in range(GROWTH_STEPS):
+        s = vary_dynamic(first, dynamic, lambda d, n, k=k: growth_sizes(n)[k])
+        if s is not None and all(s.shapes() != g.shapes() for g in growth):
+            growth.append(s)
+    one = vary_dynamic(first, dynamic)
+    grown = ([one] if one is not None and all(one.shapes() != g.shapes() for g in growth) else []) + growth
+    if not grown:
+        return Growth([], False, "no second size applies to the sample")
+    for s in grown:
+        s.origin = f"{first.origin}, dynamic axes at {_sizes_text(s, dynamic)}"
+    shapes, why = _infer_all(model_path, [first, *grown]) if model_path is not None else (None, "no ONNX model")
+    if shapes is None:
+        return Growth(growth or grown, True,
+                      f"sizes that keep the axes' power-of-two divisibility (no shape inference: {why})")
+    base, rest = shapes[0], shapes[1:]
+    derived = {v for v in set(base).union(*rest) if any(r.get(v) != base.get(v) for r in rest)}
+    if not derived - set(first.feeds):
+        return Growth(grown, True, "shape inference derives no shape from the axes but the inputs'")
+    same = [sum(r.get(v) == base.get(v) for v in derived) for r in rest]
+    full = [i for i, n in enumerate(same) if n == 0]
+    if full:
+        left = [f"{_sizes_text(grown[i], dynamic)} leaves {same[i]} unchanged" for i in range(full[0])]
+        return Growth([grown[i] for i in full], True,
+                      f"shape inference: {len(derived)} value shape(s) derive from the axes and "
+                      f"{_sizes_text(grown[full[0]], dynamic)} changes them all" + (f" ({'; '.join(left)})" if left else ""))
+    ranked = sorted(range(len(grown)), key=lambda i: (same[i], i))
+    return Growth([grown[i] for i in ranked], False,
+                  f"shape inference: no size tried changes all {len(derived)} value shape(s) derived from the axes "
+                  f"({'; '.join(f'{_sizes_text(grown[i], dynamic)} leaves {same[i]} unchanged' for i in ranked)})")
+
+
+def _infer_all(model_path: "str | Path", samples: Sequence[Sample]) -> tuple[list[dict] | None, str]:
+    """Per sample, every value's inferred shape (None where inference gave none) from the ONNX model with its inputs
+    set to the sample's shapes; (None, why) when inference cannot tell (too big, too slow, or it fails at the first
+    size)."""
+    import time
+
+    import onnx
+
+    from onnxbridge.fileio import load_in_place
+
+    try:
+        model = load_in_place(model_path)  # weights stay in the file: the graph alone
+    except Exception as exc:  # noqa: BLE001 - the hop reports an unreadable model itself
+        return None, f"the model does not load ({type(exc).__name__})"
+    if len(model.graph.node) > INFER_MAX_NODES:
+        return None, f"{len(model.graph.node)} nodes, over {INFER_MAX_NODES}"
+    del model.graph.value_info[:]
+    for out in model.graph.output:  # shapes the export wrote for the first size would clash at the others
+        if out.type.HasField("tensor_type"):
+            out.type.tensor_type.ClearField("shape")
+    found = []
+    for i, sample in enumerate(samples):
+        shapes = sample.shapes()
+        for inp in model.graph.input:
+            if inp.name in shapes and inp.type.HasField("tensor_type"):
+                tensor = inp.type.tensor_type
+                tensor.ClearField("shape")
+                for size in shapes[inp.name]:
+                    tensor.shape.dim.add().dim_value = size
+        t = time.perf_counter()
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as exc:  # noqa: BLE001 - inference refusing a size tells that the shapes change there
+            if i == 0:
+                return None, f"it fails at the first size ({type(exc).__name__})"
+            found.append({})
+            continue
+        if i == 0 and time.perf_counter() - t > INFER_MAX_SECONDS:
+            return None, f"it took over {INFER_MAX_SECONDS:g} s"
+        graph = inferred.graph
+        found.append({v.name: _shape_of(v) for v in (*graph.input, *graph.value_info, *graph.output)})
+    return found, ""
+
+
+def _shape_of(value) -> tuple | None:
+    t = value.type.tensor_type if value.type.HasField("tensor_type") else None
+    if t is None or not t.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)

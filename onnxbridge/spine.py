@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 
 
 DEFAULT_BACKEND = "onnx"  # what convert builds when neither --to nor the output's name says
+# an exporter's warning that its trace turned a computed value into a constant (torch's TracerWarning texts)
+TRACE_FROZE = re.compile(r"might cause the trace to be incorrect|registered as constants in the trace|"
+                         r"trace might not generalize")
 
 
 @dataclass
@@ -41,12 +45,27 @@ class ConversionResult:
 
     @property
     def passed(self) -> bool:
-        return self.report["status"] in ("passed", "skipped")
+        """True only when every hop ran and passed: a skipped hop (TensorRT without a GPU) is never a pass, and
+        neither is a run that validated nothing."""
+        return self.report["status"] == "passed"
 
-    def raise_for_status(self) -> "ConversionResult":
-        if self.report["status"] == "failed":
-            raise ValidationFailed(reports.failure_summary(self.report), self.report)
+    def raise_for_status(self, allow_skipped: bool = False) -> "ConversionResult":
+        """Raise ValidationFailed when a hop failed, and ValidationSkipped (a ValidationFailed) when validation is
+        incomplete (a hop did not run here) unless ``allow_skipped``; returns self otherwise."""
+        arguments.check({"allow_skipped": allow_skipped})
+        _raise_for(self.report, allow_skipped)
         return self
+
+
+def _raise_for(rep: dict, allow_skipped: bool) -> None:
+    """ValidationFailed for a failed report; ValidationSkipped for an incomplete one unless ``allow_skipped``."""
+    from onnxbridge.errors import ValidationSkipped
+
+    if rep["status"] == "failed":
+        raise ValidationFailed(reports.failure_summary(rep), rep)
+    if reports.incomplete(rep) and not allow_skipped:
+        raise ValidationSkipped(reports.skipped_summary(rep), rep,
+                                hint="allow_skipped=True (--allow-skipped) accepts an incomplete validation")
 
 
 def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = None,
@@ -74,10 +93,11 @@ def load_source(source: Any, *, sample_inputs: Any = None, from_: str | None = N
 
 
 def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec], count: int = 1,
-             seed: int = 0) -> list[Sample]:
+             seed: int = 0, *, source: Any = None, model_path: Path | None = None,
+             dynamic: dict | None = None) -> list[Sample]:
     """The validation samples: user inputs (or the source's sample and ``count - 1`` more random batches
-    like it), then the first with every symbolic axis of the ONNX model grown by one, to catch sizes
-    baked in at export."""
+    like it), then the first with every symbolic axis of the ONNX model at a second size (``_exercise``), to catch
+    sizes baked in at export; ``dynamic`` receives the hop's ``dynamic_axes`` record."""
     import numpy as np
 
     from onnxbridge.runtime import match_feeds
@@ -94,15 +114,54 @@ def _samples(src: "SourceModel", inputs: Any, onnx_inputs: Sequence[TensorSpec],
         samples += [reseed(first, seed + i) for i in range(1, count)]
     dyn = [DynamicAxis(s.name, i, d if isinstance(d, str) else None)
            for s in onnx_inputs for i, d in enumerate(s.shape) if not isinstance(d, int)]
-    grown = vary_dynamic(first, dyn)
-    if grown is not None:
-        samples.append(grown)
+    if dyn:
+        grown, record = _exercise(src, first, dyn, source, model_path)
+        if grown is not None:
+            samples.append(grown)
+        if dynamic is not None:
+            dynamic.update(record)
     ranged = [d for d in src.dynamic if d.min is not None]
     for end in ("min", "max"):  # the requested range's ends, when given (x:0:batch:1..16)
         at_end = vary_dynamic(first, ranged, lambda d, n: getattr(d, end), f"dynamic axes at their {end}")
         if at_end is not None:
             samples.append(at_end)
     return samples
+
+
+def _exercise(src: "SourceModel", first: Sample, dyn: Sequence[DynamicAxis], source: Any,
+              model_path: Path | None) -> tuple[Sample | None, dict]:
+    """The sample at a second size for the dynamic axes ``dyn`` (``specs.grow``: one that changes every shape shape
+    inference derives from them), the first of up to ``GROWTH_TRIES`` candidates that ``source`` (SourceOutputs;
+    None: not tried) runs; and the hop's ``dynamic_axes`` record: the axes, the sizes used, whether they were
+    exercised and why."""
+    from onnxbridge.errors import first_line
+    from onnxbridge.specs import GROWTH_TRIES, grow
+
+    growth = grow(first, dyn, model_path)
+    record = {"axes": [f"{d.name}:{d.axis}" for d in dyn], "sizes": [first.shapes()], "exercised": False,
+              "reason": growth.reason}
+    refused, why = [], None
+    for sample in growth.candidates[:GROWTH_TRIES]:
+        error = source.fails(sample) if source is not None else None
+        if error is None:
+            record.update(sizes=[first.shapes(), sample.shapes()], exercised=True)
+            if refused:
+                record["reason"] += f"; {src.framework} does not run at {', '.join(refused)} ({why})"
+            return sample, record
+        refused.append("; ".join(f"{k} {'x'.join(map(str, v))}" for k, v in sample.shapes().items()))
+        why = why or f"{type(error).__name__}: {first_line(error, 160)}"
+    if refused:
+        record["reason"] = f"{src.framework} does not run at {', '.join(refused)} ({why}); {growth.reason}"
+    return None, record
+
+
+def _unexercised(hop: dict, record: dict) -> None:
+    """A hop that compared only at the first size when it has dynamic axes is not passed: skipped, saying why."""
+    hop["dynamic_axes"] = record
+    if record and not record["exercised"] and hop["status"] == "passed":
+        reason = f"dynamic axes {', '.join(record['axes'])} not exercised at a second size: {record['reason']}"
+        hop.update(status="skipped", passed=False, skipped_reason=reason)
+        hop["notes"].append(f"skipped: {reason}")
 
 
 def _check_input_keys(arrays: dict, names: Sequence[str]) -> None:
@@ -138,7 +197,8 @@ def _let_go(src: "SourceModel") -> None:
 
 
 def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: dict, count: int = 1,
-         seed: int = 0, latency_runs: int = 0, release: bool = False) -> tuple[dict, list[Sample], Any, Any]:
+         seed: int = 0, latency_runs: int = 0, release: bool = False,
+         emulation=None) -> tuple[dict, list[Sample], Any, Any]:
     """The first hop, source -> ONNX; also the samples every later hop uses, the source's outputs on them
     (computed once, shared by every hop) and the ONNX model's runner (the later hops' reference).
 
@@ -148,30 +208,37 @@ def _hop(src: "SourceModel", model_path: Path, samples_from: Any, tol, report: d
     from onnxbridge import runtime
     from onnxbridge.validation import SourceOutputs, validate_hop
 
-    samples = _samples(src, samples_from, _onnx_inputs(model_path), count, seed)
+    source, dynamic = SourceOutputs(src.run, _source_ran(src)), {}
+    samples = _samples(src, samples_from, _onnx_inputs(model_path), count, seed, source=source,
+                       model_path=model_path, dynamic=dynamic)
     report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
-    source = SourceOutputs(src.run, _source_ran(src))
     if release:
         source.prefetch(samples)
         _let_go(src)  # before the session: collecting while the worker loads it raised GPT-2's peak 1.27x -> 1.50x
     candidate = runtime.open(model_path, what=f"the onnxruntime session of {_shown(model_path)}")
-    hop = validate_hop(src.frontend, "onnx", source, candidate, samples, candidate.output_names, tol, latency_runs)
+    hop = validate_hop(src.frontend, "onnx", source, candidate, samples, candidate.output_names, tol, latency_runs,
+                       emulation=emulation)
     hop["errors"] += _check_dynamic(src, candidate.input_specs)
     if hop["errors"]:
         hop["status"], hop["passed"] = "failed", False
+    if dynamic:
+        _unexercised(hop, dynamic)
     return hop, samples, source, candidate
 
 
 def _source_hop(src: "SourceModel", to: str, candidate, inputs: Sequence[TensorSpec], output_names: Sequence[str],
                 samples_from: Any, tol, report: dict, count: int = 1, seed: int = 0,
-                latency_runs: int = 0) -> tuple[dict, list[Sample], Any]:
+                latency_runs: int = 0, emulation=None, computes: str | None = None) -> tuple[dict, list[Sample], Any]:
     """Source framework -> ``candidate`` (any runner whose inputs are ``inputs``) on the validation samples."""
     from onnxbridge.validation import SourceOutputs, validate_hop
 
-    samples = _samples(src, samples_from, inputs, count, seed)
+    source, dynamic = SourceOutputs(src.run, _source_ran(src)), {}
+    samples = _samples(src, samples_from, inputs, count, seed, source=source, dynamic=dynamic)
     report["inputs"] = {"origin": samples[0].origin, "samples": [s.shapes() for s in samples]}
-    source = SourceOutputs(src.run, _source_ran(src))
-    hop = validate_hop(src.frontend, to, source, candidate, samples, output_names, tol, latency_runs)
+    hop = validate_hop(src.frontend, to, source, candidate, samples, output_names, tol, latency_runs,
+                       emulation=emulation, computes=computes)
+    if dynamic:
+        _unexercised(hop, dynamic)
     return hop, samples, source
 
 
@@ -204,6 +271,56 @@ def _source_ran(src: "SourceModel") -> str:
 def _shown(path: Path) -> str:
     """A path as a message names it: the file name, or 'the converted model' for onnxbridge's scratch files."""
     return "the converted model" if path.name == "model.onnx" and "onnxbridge-" in str(path.parent) else path.name
+
+
+def _keep_graph(model: "onnx.ModelProto", base_dir: Path | None, scratch: Path, name: str) -> Path | None:
+    """``model`` written to scratch as ``name`` beside the weights it references (or alone, where they are inline),
+    for a hop of its own; None where it cannot be: over 2 GB inline, or weights outside the scratch folder."""
+    if model.ByteSize() > 2**31 - 1 or (base_dir is not None and scratch not in (base_dir, *base_dir.parents)):
+        return None
+    path = (base_dir or scratch) / name
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _emulation(path: Path):
+    """A factory of the fp16 emulation of the ONNX model at ``path`` (a runner in the worker), for hops that compute
+    in fp16 against it; the factory gives None where that model computes in fp16 already."""
+    def make():
+        from onnxbridge import runtime
+        from onnxbridge.fileio import load_in_place
+        from onnxbridge.fp16eval import computes_in_fp16
+
+        if computes_in_fp16(load_in_place(path)):
+            return None
+        return runtime.open(path, emulate="fp16", what=f"the fp16 emulation of {_shown(path)}")
+    return make
+
+
+def _source_emulation(src: "SourceModel", source: Any, scratch: Path):
+    """For ``validate``: a factory of the fp16 emulation a reduced-precision candidate is judged against, of the
+    source itself where it is an ONNX file, else of the source's own fp32 export (made only when a hop needs it;
+    None where the export fails: the hop then takes the fixed tolerance and says so)."""
+    if src.frontend == "onnx" and isinstance(source, (str, Path)):
+        return _emulation(Path(source))
+
+    def make():
+        from onnxbridge.errors import OnnxBridgeError
+        from onnxbridge.fileio import save_onnx
+
+        where = scratch / "emulation"
+        where.mkdir(exist_ok=True)
+        try:
+            exported = src.export(where, opset=None)
+            path = where / "source-fp32.onnx"
+            save_onnx(exported.model, path, base_dir=exported.base_dir)
+        except (OnnxBridgeError, RuntimeError, ValueError) as exc:
+            import logging
+
+            logging.getLogger(__name__).info("no fp32 export to emulate: %s", exc)
+            return None
+        return _emulation(path)()
+    return make
 
 
 def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scratch: Path,
@@ -310,10 +427,11 @@ def _open_backend_runner(name: str, spec_or_skip, artifact: Path, onnx_path: Pat
 
 
 def _backend_hop(name: str, reference, onnx_path: Path, artifact: Path, samples: list[Sample], tol,
-                 built_runner=None, source=None, latency_runs: int = 0) -> dict:
+                 built_runner=None, source=None, latency_runs: int = 0, precision: str = "fp32") -> dict:
     """The backend's hop: onnxruntime on the ONNX model it was built from against the backend's runner (or the
-    one its build described). A backend that cannot run here gives a skipped hop that says why; an artifact that
-    is not the graph it claims gives a failed one."""
+    one its build described), judged by what the backend computes (its runner's ``compute_precision``, else the
+    ``precision`` it applied; fp16 against the fp16 emulation of that ONNX model). A backend that cannot run here
+    gives a skipped hop that says why; an artifact that is not the graph it claims gives a failed one."""
     from onnxbridge.errors import ArtifactMismatch, HopSkipped
     from onnxbridge.validation import failed_hop, skipped_hop, validate_hop
 
@@ -324,7 +442,7 @@ def _backend_hop(name: str, reference, onnx_path: Path, artifact: Path, samples:
     except ArtifactMismatch as exc:
         return failed_hop("onnx", _hop_name(name), samples, tol, exc.one_line())
     return validate_hop("onnx", _hop_name(name), reference, candidate, samples, reference.output_names, tol,
-                        latency_runs, source=source)
+                        latency_runs, source=source, emulation=_emulation(onnx_path), computes=precision)
 
 
 def _onnx_hop(before: tuple[Path, int], got, opset: int, samples: list[Sample], tol, source=None) -> dict:
@@ -413,6 +531,7 @@ class _Conversion:
     optimization: dict | None = None  # what the optimizer removed (artifact["optimization"])
     timings: dict = field(default_factory=dict)
     written: list = field(default_factory=list)  # what is at the output paths: removed if the run ends in an error
+    planned_notes: list = field(default_factory=list)  # notes decided by ``plan``, added to the report at load
 
     @classmethod
     def plan(cls, source: Any, sample_inputs: Any, *, to: str, output, opset, dynamic, validate, inputs,
@@ -426,7 +545,7 @@ class _Conversion:
         from onnxbridge.validation import Tolerance
 
         mode = "auto" if localize is True else mode_of(localize, "off")
-        inferred = None
+        inferred, chosen = None, to is not None
         if to is None:  # the backend whose artifacts end like -o (an .mlpackage is Core ML), else the default
             from onnxbridge.plugins import for_file
 
@@ -449,6 +568,8 @@ class _Conversion:
         _check_target(to, backend, target)
         _check_precision(to, backend, precision)
         _check_opset(opset)
+        spec = InputSpec.parse(input_shapes, dynamic)
+        kept = _check_dynamic_kept(to, backend, spec)
         tol = Tolerance.for_precision(precision, atol, rtol)
         out_path = Path(output) if output is not None else None
         factory_file = source.rpartition(":")[0] if is_factory(source) else None
@@ -457,11 +578,14 @@ class _Conversion:
                                "--inputs": inputs, "--calibration": calibration},
                               {"-o": output, **beside, "--report": report,
                                "--timing-cache": backend_options.get("timing_cache"), **_renderer_flags(renderers)})
-        return cls(source, sample_inputs, to, backend, out_path, opset, validate, inputs,
-                   InputSpec.parse(input_shapes, dynamic), input_names, output_names, exporter, from_, trust,
-                   precision, tol, samples, latency_runs, seed, external_data, report, renderers, target, calibration,
-                   options, backend_options, Progress(progress), mode, inferred,
-                   ("default" if optimize is True else optimize) or None)
+        if out_path is not None and onnx_artifact and not out_path.name.lower().endswith(tuple(backend.SUFFIXES)):
+            _refuse_suffix(to, backend, out_path, chosen)
+        run = cls(source, sample_inputs, to, backend, out_path, opset, validate, inputs, spec, input_names,
+                  output_names, exporter, from_, trust, precision, tol, samples, latency_runs, seed, external_data,
+                  report, renderers, target, calibration, options, backend_options, Progress(progress), mode, inferred,
+                  ("default" if optimize is True else optimize) or None)
+        run.planned_notes += kept
+        return run
 
     @contextmanager
     def _stage(self, key: str | None, title: str):
@@ -488,11 +612,12 @@ class _Conversion:
                         _let_go(src)  # nothing runs the source model again: its weights can go now
                     model, base_dir, before = self.finalize(src, exported, scratch)
                     model, unoptimized = self.optimize_graph(model, base_dir, scratch)
+                    model, full = self.reduce_precision(model, base_dir, scratch)
                     dest = self.write(model, base_dir, scratch)
                     del model
                     reference, built = self.build(src, dest, scratch)
                     if self.validate:
-                        self.check(src, reference, before, built, unoptimized)
+                        self.check(src, reference, before, built, unoptimized, full)
                     if self.out_path is None:
                         from onnxbridge.fileio import load_onnx
 
@@ -520,6 +645,7 @@ class _Conversion:
                                       frameworks=[d for d in (src.framework, src.converter) if d])
         if self.inferred:
             self.rep["notes"].append(self.inferred)
+        self.rep["notes"] += self.planned_notes
         return src
 
     def export(self, src: "SourceModel", scratch: Path):
@@ -552,13 +678,26 @@ class _Conversion:
                     raise
                 raise UnsupportedError(f"{exc} [{'; '.join(exported.notes)}]", hint=exc.hint) from None
             self.rep["notes"] += notes
-            if self.precision in getattr(self.backend, "ONNX_PRECISIONS", ()):
-                from onnxbridge.precision import to_fp16
-
-                model = to_fp16(model, base_dir=base_dir)
-                self.rep["notes"].append("weights and compute in fp16; inputs and outputs stay fp32 (Casts at the "
-                                         "edges)")
         return model, base_dir, before
+
+    def reduce_precision(self, model: "onnx.ModelProto", base_dir: Path | None, scratch: Path
+                         ) -> tuple["onnx.ModelProto", Path | None]:
+        """The precisions the backend wants in the ONNX model itself (``ONNX_PRECISIONS``: fp16 weights and
+        compute); also the fp32 graph kept in scratch for the hops (None when nothing is reduced or validated):
+        the first hop checks the export in fp32, and a hop of its own the fp16 model against it."""
+        if self.precision not in getattr(self.backend, "ONNX_PRECISIONS", ()):
+            return model, None
+        from onnxbridge.precision import to_fp16
+
+        kept = _keep_graph(model, base_dir, scratch, "before-fp16.onnx") if self.validate else None
+        if self.validate and kept is None:
+            self.rep["notes"].append("the fp32 graph could not be kept for a hop of its own (over 2 GB, or its "
+                                     "weights live outside the scratch folder): the first hop checks the fp16 model "
+                                     "against the source at the fixed fp16 tolerance")
+        with self._stage(None, "Converting to fp16"):
+            model = to_fp16(model, base_dir=base_dir)
+        self.rep["notes"].append("weights and compute in fp16; inputs and outputs stay fp32 (Casts at the edges)")
+        return model, kept
 
     def optimize_graph(self, model: "onnx.ModelProto", base_dir: Path | None, scratch: Path
                        ) -> tuple["onnx.ModelProto", Path | None]:
@@ -569,16 +708,11 @@ class _Conversion:
         from onnxbridge.optimize import optimize_model
 
         with self._stage("optimize", "Optimizing the graph"):
-            kept = None
-            if self.validate:  # beside the weights it references (or alone, where they are inline)
-                if model.ByteSize() > 2**31 - 1 or (base_dir is not None and scratch not in (base_dir,
-                                                                                            *base_dir.parents)):
-                    self.rep["notes"].append("the graph before --optimize could not be kept for a hop of its own "
-                                             "(its weights live outside the scratch folder): the first hop checks "
-                                             "the optimized graph")
-                else:
-                    kept = (base_dir or scratch) / "before-optimize.onnx"
-                    kept.write_bytes(model.SerializeToString())
+            kept = _keep_graph(model, base_dir, scratch, "before-optimize.onnx") if self.validate else None
+            if self.validate and kept is None:
+                self.rep["notes"].append("the graph before --optimize could not be kept for a hop of its own "
+                                         "(its weights live outside the scratch folder): the first hop checks "
+                                         "the optimized graph")
             model, record = optimize_model(model, level=self.optimize, base_dir=base_dir)
         self.optimization = record
         self.rep["notes"].append(f"--optimize ({record['level']}, {record['library']}): {record['before']} nodes -> "
@@ -632,6 +766,9 @@ class _Conversion:
             if not isinstance(built, BuildResult):
                 raise TypeError(f"backend '{self.to}': build() returned {type(built).__name__}, not a BuildResult")
         self.rep["warnings"] += built.warnings
+        drawn = _random_calibration(self.calibration) if self.precision == "int8" else None
+        if drawn:
+            self.rep["warnings"].append(drawn)
         self.rep["notes"] += built.notes
         artifact = {**self.rep["artifact"], "path": str(self.out_path), "format": self.to,
                     "bytes": sum(_size(f) for f in files if f.exists())}
@@ -642,36 +779,52 @@ class _Conversion:
         self.rep["artifact"] = artifact
         return (self.out_path if built.same_graph else dest), built
 
-    def check(self, src: "SourceModel", reference: Path, before, built, unoptimized: Path | None = None) -> None:
-        """The hops: source -> the written ONNX model; the adapters' (when they ran: the exporter's model against
-        theirs); the optimizer's (with --optimize: the graph before it against the written one); and the backend's
-        (unless its artifact is the ONNX model the first hop ran). The later hops tell which step made a difference
-        the first hop found."""
+    def check(self, src: "SourceModel", reference: Path, before, built, unoptimized: Path | None = None,
+              full: Path | None = None) -> None:
+        """The hops: source -> the ONNX model (in fp32: the graph before fp16 where ``full`` kept it); the
+        adapters' (when they ran: the exporter's model against theirs); the optimizer's (with --optimize: the graph
+        before it against the optimized one); the fp16 model's against that fp32 graph (``full``); and the
+        backend's (unless its artifact is the ONNX model the first hop ran). The later hops tell which step made a
+        difference the first hop found; each is judged by what its candidate computes."""
         from onnxbridge import runtime
         from onnxbridge.localize import hops as localizing
+        from onnxbridge.validation import validate_hop
 
+        graph = full or reference  # the fp32 graph the first hop checks
+        opset = self.rep["artifact"]["opset"]
+        count = self.samples
+        if self.inputs is None and count < 2 and not src.dynamic and \
+                any(TRACE_FROZE.search(w) for w in self.rep["warnings"]):
+            # the export's own sample cannot show a value the trace froze: one more batch can (with --dynamic, the
+            # batch at the second size is one)
+            count = 2
+            self.rep["notes"].append("the exporter warned that its trace may have frozen a value: validated on one "
+                                     "more random batch besides the sample it traced")
         with self._stage("validate", "Validating against the source framework"):
             # the source model is let go before onnxruntime loads the weights, unless localization or latency
             # figures will run it again
-            hop, used, source, onnx_runner = _hop(src, reference, self.inputs, self.tol, self.rep, self.samples,
+            hop, used, source, onnx_runner = _hop(src, graph, self.inputs, self.tol, self.rep, count,
                                                   self.seed, self.latency_runs,
                                                   release=self.localize == "off" and not self.latency_runs)
             self.rep["hops"].append(hop)
             adapted = onnx_runner if unoptimized is None else \
                 runtime.open(unoptimized, what="the onnxruntime session of the graph before --optimize")
             if before is not None:  # attribute a difference to the exporter or to the opset adapters
-                self.rep["hops"].append(_onnx_hop(before, adapted, self.rep["artifact"]["opset"], used, self.tol,
-                                                  source))
+                self.rep["hops"].append(_onnx_hop(before, adapted, opset, used, self.tol, source))
             if unoptimized is not None:  # or to the optimizer
-                from onnxbridge.validation import validate_hop
-
-                opset = self.rep["artifact"]["opset"]
                 self.rep["hops"].append(validate_hop(f"onnx@{opset}", f"onnx@{opset}:optimized", adapted, onnx_runner,
                                                      used, onnx_runner.output_names, self.tol, source=source))
             del adapted
+            if full is not None:  # the fp16 model as written, against the fp32 graph and its fp16 emulation
+                written = runtime.open(reference, what=f"the onnxruntime session of {_shown(reference)}")
+                self.rep["hops"].append(validate_hop(
+                    f"onnx@{opset}", f"onnx@{opset}:{self.precision}", onnx_runner, written, used,
+                    onnx_runner.output_names, self.tol, self.latency_runs, source=source, emulation=_emulation(full),
+                    computes=self.precision))
+                del written
             if built is not None and not built.same_graph:
                 self.rep["hops"].append(_backend_hop(self.to, onnx_runner, reference, self.out_path, used, self.tol,
-                                                     built.runner, source, self.latency_runs))
+                                                     built.runner, source, self.latency_runs, self.precision))
             del onnx_runner
         if self.localize == "off":
             return
@@ -679,18 +832,36 @@ class _Conversion:
             first, *later = self.rep["hops"]
             mapped_on = before[0] if before is not None else None
             localizing.attach(first, self.localize, lambda: localizing.source_to_onnx(
-                src, reference, _used_by(first, used), localizing.tolerance_of(first), mapped_on), self.steps)
+                src, graph, _used_by(first, used), localizing.tolerance_of(first), mapped_on), self.steps)
             for h in later:
                 if h["to"].endswith(":optimized"):
                     localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_onnx(
-                        unoptimized, reference, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
+                        unoptimized, graph, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
+                elif h["to"].endswith(f":{self.precision}") and full is not None:
+                    localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_onnx(
+                        full, reference, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
                 elif before is not None and h["from"].startswith("onnx@"):
                     localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_onnx(
-                        before[0], unoptimized or reference, _used_by(h, used), localizing.tolerance_of(h)),
+                        before[0], unoptimized or graph, _used_by(h, used), localizing.tolerance_of(h)),
                         self.steps)
                 else:
                     localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_backend(
                         self.to, reference, self.out_path, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
+
+
+def _random_calibration(calibration: Any) -> str | None:
+    """The warning that int8 ranges come from random data: ``--calibration`` is an .npz ``onnxbridge inputs`` drew at
+    random (marked in the file); None otherwise."""
+    if calibration is None:
+        return None
+    from onnxbridge.inputfile import random_origin
+
+    drawn = random_origin(calibration)
+    if drawn is None:
+        return None
+    return (f"int8 calibrated from random data: --calibration {Path(calibration).name} holds {drawn}; int8 ranges "
+            "from random batches may not fit real inputs, and the verdict is only as good as them (calibrate on real "
+            "inputs)")
 
 
 def _localize_artifact(src: "SourceModel", kind: str, source: Any, artifact: Path, samples: list[Sample], tol) -> dict:
@@ -708,6 +879,60 @@ def _used_by(hop: dict, samples: list[Sample]) -> list[Sample]:
     """The samples a hop compared on (a runner with static shapes takes only some)."""
     shapes = hop.get("sample_shapes") or []
     return [s for s in samples if s.shapes() in shapes] or list(samples)
+
+
+def _refuse_suffix(to: str, backend, output: Path, chosen: bool) -> None:
+    """An output the backend's files cannot be called: with ``--to`` given, its suffixes; without, no installed
+    backend claims the name (the ONNX file would be written under a name that says otherwise, e.g. ``.tflite``)."""
+    if chosen:
+        raise BadInputError(f"-o {output.name}: --to {to} writes files ending with {' or '.join(backend.SUFFIXES)}")
+    raise BadInputError(f"-o {output.name}: no installed backend writes files named like that; the backends and "
+                        f"their suffixes: {installed_suffixes()}",
+                        hint="end -o with the suffix of the format you want")
+
+
+def installed_suffixes() -> str:
+    """The installed backends and the suffixes of their files, in words: ``onnx (.onnx), coreml (.mlpackage), ...``."""
+    from onnxbridge.plugins import BACKENDS, module_of
+
+    return ", ".join(f"{n} ({', '.join(module_of(n).SUFFIXES)})" for n in BACKENDS.names()
+                     if not BACKENDS.plugin(n).broken)
+
+
+def dynamic_not_kept(to: str, backend, spec: InputSpec) -> tuple[list[DynamicAxis], str] | None:
+    """The ``--dynamic`` axes that ``to`` cannot keep, and the hint: a backend whose models have static shapes
+    (its module declares ``KEEPS_DYNAMIC = False``: a DLC) would fix them at the sample's size; ``--input-shape``
+    fixing that input's size is the way (the rule ``check --targets`` applies: dynamic dims without
+    ``--input-shape`` block). None when nothing is lost."""
+    if getattr(backend, "KEEPS_DYNAMIC", True):
+        return None
+    fixed = spec.fixed()
+    lost = [d for d in spec.dynamic if d.name not in fixed]
+    if not lost:
+        return None
+    names = list(dict.fromkeys(d.name for d in lost))
+    return lost, (f"fix the size with --input-shape {names[0]}:D1,D2,... instead; `onnxbridge check --targets {to}` "
+                  "applies the same rule")
+
+
+def _axes_text(axes: Sequence[DynamicAxis]) -> str:
+    return ", ".join(f"{d.name}:{d.axis}" + (f":{d.label}" if d.label else "") for d in axes)
+
+
+def _check_dynamic_kept(to: str, backend, spec: InputSpec) -> list[str]:
+    """Refuse ``--dynamic`` to a backend that cannot keep it (``dynamic_not_kept``), before any work; the notes
+    for dynamic axes it does not keep on inputs ``--input-shape`` fixes (built at that size)."""
+    lost = dynamic_not_kept(to, backend, spec)
+    if lost is not None:
+        axes, hint = lost
+        raise BadInputError(f"--dynamic {_axes_text(axes)}: --to {to} cannot keep a dynamic axis (its models have "
+                            "static shapes): it would be fixed at the sample's size", hint=hint)
+    if spec.dynamic and not getattr(backend, "KEEPS_DYNAMIC", True):
+        fixed = spec.fixed()
+        return [f"--dynamic {_axes_text(spec.dynamic)}: not kept by --to {to} (static shapes); built at "
+                + ", ".join(f"{n} {list(fixed[n])}" for n in dict.fromkeys(d.name for d in spec.dynamic))
+                + " (--input-shape)"]
+    return []
 
 
 def _check_target(to: str, backend, target: str | None) -> None:
@@ -802,7 +1027,7 @@ def _check_exported_names(src: "SourceModel", model: "onnx.ModelProto", output_n
 
 
 def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs: Any, tol, rep: dict, count: int,
-                  seed: int, latency_runs: int) -> tuple[dict, list[Sample]]:
+                  seed: int, latency_runs: int, emulation=None) -> tuple[dict, list[Sample]]:
     """Source -> a saved backend artifact, run by the backend's own runner (skipped where it cannot run); also the
     samples it used."""
     from onnxbridge.errors import ArtifactMismatch, HopSkipped
@@ -823,7 +1048,7 @@ def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs
             return skipped_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line()), samples
         return failed_hop(src.frontend, _hop_name(kind), samples, tol, exc.one_line()), samples
     hop, samples, _ = _source_hop(src, _hop_name(kind), candidate, specs, [o["name"] for o in info["outputs"]], inputs,
-                                  tol, rep, count, seed, latency_runs)
+                                  tol, rep, count, seed, latency_runs, emulation, tol.precision)
     return hop, samples
 
 
@@ -970,7 +1195,7 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
              trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
              latency_runs: int = 0, seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
              progress: bool = False, renderers: dict | None = None, localize: bool | str | None = "auto",
-             **options: Any) -> dict:
+             allow_skipped: bool = False, **options: Any) -> dict:
     """Compare a converted model with its source on the same inputs; returns the report.
 
     ``converted``: an ONNX model (path or proto) or a backend's artifact (.mlpackage, .dlc, .engine), run by
@@ -979,6 +1204,8 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
     source's sample inputs (or seeded random ones from its input specs). Symbolic axes of the
     converted model are also checked at a second size. ``renderers``: more reports to write, as ``convert``'s.
     ``localize``: "auto" (default) finds the first diverging node of a failed hop, "on" of every hop, "off" none.
+    ``raise_on_failure``: raise ValidationFailed when the hop failed, and ValidationSkipped (a ValidationFailed)
+    when it did not run here (status ``skipped``), unless ``allow_skipped``.
     """
     arguments.check({**locals(), **options}, required=("converted",))
     from onnxbridge.localize import hops as localizing
@@ -1005,11 +1232,13 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
         with steps.step("Validating"):
             if kind in (None, "onnx"):
                 rep["artifact"] = _artifact(path, "onnx")
-                hop, used, _, _ = _hop(src, path, inputs, tol, rep, samples, seed, latency_runs)
+                hop, used, _, _ = _hop(src, path, inputs, tol, rep, samples, seed, latency_runs,
+                                       emulation=_source_emulation(src, source, scratch))
                 make = lambda: localizing.source_to_onnx(src, path, _used_by(hop, used),  # noqa: E731
                                                          localizing.tolerance_of(hop))
             else:
-                hop, used = _artifact_hop(src, kind, path, source, inputs, tol, rep, samples, seed, latency_runs)
+                hop, used = _artifact_hop(src, kind, path, source, inputs, tol, rep, samples, seed, latency_runs,
+                                          _source_emulation(src, source, scratch))
                 make = lambda: _localize_artifact(src, kind, source, path, _used_by(hop, used),  # noqa: E731
                                                   localizing.tolerance_of(hop))
             rep["hops"].append(hop)
@@ -1018,6 +1247,6 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
     rep["timings"] = {"total_s": round(time.perf_counter() - t0, 4)}
     reports.finish(rep, validated=True)
     _write_reports(rep, report, renderers)
-    if raise_on_failure and rep["status"] == "failed":
-        raise ValidationFailed(reports.failure_summary(rep), rep)
+    if raise_on_failure:
+        _raise_for(rep, allow_skipped)
     return rep

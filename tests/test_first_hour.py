@@ -40,8 +40,10 @@ def test_the_backend_is_inferred_from_the_output_name_and_said(tmp_path):
     rep = onnxbridge.convert(f"{ROOT / 'examples' / 'models.py'}:cnn", output=tmp_path / "m.xml").report
     assert rep["artifact"]["format"] == "openvino" and (tmp_path / "m.bin").is_file()
     assert "--to openvino: inferred from the output's name (m.xml)" in rep["notes"]
-    rep = onnxbridge.convert(f"{ROOT / 'examples' / 'models.py'}:cnn", output=tmp_path / "m.model").report
+    rep = onnxbridge.convert(f"{ROOT / 'examples' / 'models.py'}:cnn", output=tmp_path / "m.onnx").report
     assert rep["artifact"]["format"] == "onnx" and not any("inferred" in n for n in rep["notes"])
+    with pytest.raises(BadInputError, match="-o m.model: no installed backend writes files named like that"):
+        onnxbridge.convert(f"{ROOT / 'examples' / 'models.py'}:cnn", output=tmp_path / "m.model")  # no silent ONNX
 
 
 def test_the_license_file_is_the_one_pyproject_names():

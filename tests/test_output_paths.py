@@ -97,14 +97,14 @@ def test_python_api_refuses_the_same_clashes(files):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["-o", "{d}/adir"], "cannot write '{d}/adir': Is a directory"),
+    (["-o", "{d}/adir.onnx"], "cannot write '{d}/adir.onnx': Is a directory"),
     (["-o", "/proc/onnxbridge-test/x.onnx"], "cannot write '/proc/onnxbridge-test/x.onnx': "),
     (["-o", "{d}/t.onnx.d/x.onnx"], "cannot write '{d}/t.onnx.d/x.onnx': "),
     (["-o", "{d}/o.onnx", "--report", "/proc/onnxbridge-test.json"], "cannot write '/proc/onnxbridge-test.json': "),
     (["-o", "{d}/o.onnx", "--markdown", "{d}/t.onnx.d/r.md"], "cannot write '{d}/t.onnx.d/r.md': "),
 ])
 def test_unwritable_outputs_are_exit_2_with_the_reason(cli, files, args, needle):
-    (files / "adir").mkdir()
+    (files / "adir.onnx").mkdir()
     (files / "t.onnx.d").write_text("a file, not a folder")
     result = cli("convert", files / "t.onnx", *(a.format(d=files) for a in args))
     assert_one_line_error(result, 2, needle.format(d=files))

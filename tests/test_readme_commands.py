@@ -117,6 +117,8 @@ def with_placeholders(readme: list[Job], made: dict[str, Job]) -> list[Job]:
 DOCUMENTED = [
     (r"^onnxbridge check ", (0, 2), "blocker(s)"),  # "exit 2 if any" blocker; each blocker listed
     (r"^onnxbridge convert examples/localize\.py:hot_chain ", (1,), "first divergent node: "),  # a planted fault
+    # without a CUDA GPU the TensorRT hop is skipped: validation incomplete, exit 5 (README: exit codes)
+    (r"^onnxbridge convert \S+ --to tensorrt ", (0, 5), "validation incomplete: onnx -> tensorrt skipped"),
 ]
 
 

@@ -30,6 +30,9 @@ PRECISIONS = ("fp32", "fp16", "int8")
 HOP_NAME = "qnn-htp-simulator"
 TARGETS = ()  # a DLC is built for QNN/SNPE runtimes in general
 MAX_OPSET = 22  # onnxruntime-qnn's ceiling: the build adapts down to it
+# a DLC has static shapes: --dynamic is refused before any work unless --input-shape fixes that input's size (the
+# rule `check --targets dlc` applies); an ONNX source's own dynamic dims are fixed at the sample's, with a note
+KEEPS_DYNAMIC = False
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,

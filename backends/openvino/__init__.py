@@ -1,7 +1,8 @@
 """OpenVINO backend: ONNX -> ``openvino.convert_model`` -> IR (``model.xml`` + ``model.bin``), fp32, with fp16
 weights (``compress_to_fp16``) or int8 (NNCF post-training quantization on ``--calibration``); dynamic ONNX axes
 stay dynamic (``?``) in the IR. The hop runs the saved IR on OpenVINO's CPU plugin with the inference precision
-hint set to f32, so that a CPU with bf16 units does not silently compute an fp32 model in bf16.
+hint set to f32, so that a CPU with bf16 units does not silently compute an fp32 model in bf16; since an IR cannot
+carry that hint, it also runs the IR compiled with no config and reports how far a default compile's numbers are.
 
 Module imports stay light: ``openvino`` is imported only to build, check, run or inspect.
 """

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from onnxbridge.backends.openvino import PRECISIONS
-from onnxbridge.backends.openvino.ir import PRECISION_KEY, WRITER_KEY, constants, load, ops, ports, reason, release, \
-    weights_of
+from onnxbridge.backends.openvino.ir import PRECISION_KEY, VALIDATED, VALIDATED_KEY, WRITER_KEY, constants, load, \
+    ops, ports, reason, release, weights_of
 from onnxbridge.errors import BadInputError, UnsupportedError
 
 # the summary lines of OpenVINO's "Model wasn't fully converted" error, and its per-op detail blocks
@@ -122,6 +122,7 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
         model, quantization = quantize(model, calibration, caught)
     model.set_rt_info(precision, PRECISION_KEY)
     model.set_rt_info(__version__, WRITER_KEY)
+    model.set_rt_info(";".join(f"{k}={v}" for k, v in VALIDATED.items()), VALIDATED_KEY)
     with placing(output) as staged:  # the .xml is placed when the block ends, its .bin just before
         ov.save_model(model, str(staged), compress_to_fp16=precision == "fp16")
         saved = ov.Core().read_model(str(staged), str(weights_of(staged)))
@@ -132,25 +133,41 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     return {**facts, "warnings": caught, "build_s": round(time.perf_counter() - t, 4)}
 
 
-def _applied(precision: str, by_type: dict, fake_quantize: int) -> dict:
-    """What the IR stores its weights in and what the CPU plugin computes in (the report's ``artifact.precision``)."""
+def default_precision(ov) -> str | None:
+    """What the CPU plugin computes fp32 models in when compile_model gets no config (``bf16`` on a CPU with bf16
+    units); None where it cannot say. An IR cannot change it: OpenVINO ignores INFERENCE_PRECISION_HINT and
+    EXECUTION_MODE_HINT in a model's ``runtime_options`` rt_info."""
+    try:
+        return ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+    except Exception:  # noqa: BLE001 - no CPU plugin, or a build without the property
+        return None
+
+
+def _applied(precision: str, by_type: dict, fake_quantize: int, default: str | None = None) -> dict:
+    """What the IR stores its weights in and what the CPU plugin computes in (the report's ``artifact.precision``);
+    ``default``: what a compile with no config computes in on this CPU, said where it is not f32."""
+    compute = COMPUTE + (f"; a default compile on this CPU (no config) computes in {default}"
+                         if default not in (None, "f32") else "")
     if precision == "int8":
         return {"weights": f"int8 ({by_type.get('i8', 0)} i8 weight constants, NNCF)",
-                "compute": f"int8 in the ops after its {fake_quantize} FakeQuantize node(s); elsewhere {COMPUTE}"}
+                "compute": f"int8 in the ops after its {fake_quantize} FakeQuantize node(s); elsewhere {compute}"}
     if precision == "fp16":
         return {"weights": f"fp16 (compress_to_fp16: {by_type.get('f16', 0)} f16 constants, converted to f32 where "
-                           "used)", "compute": COMPUTE}
-    return {"weights": "fp32", "compute": COMPUTE}
+                           "used)", "compute": compute}
+    return {"weights": "fp32", "compute": compute}
 
 
 def _facts(ov, saved, precision: str, staged: Path) -> dict:
     """The report's backend facts of the IR as saved."""
     io, by_type, histogram = ports(saved), constants(saved), ops(saved)
     fp16 = precision == "fp16"
+    default = default_precision(ov)
     notes = [f"compress_to_fp16 applied: {by_type.get('f16', 0)} constant(s) stored as f16 in "
              f"{weights_of(staged).name}; the IR decompresses them to f32 (Convert) for compute"] if fp16 else []
     return {"openvino": ov.__version__, "precision": precision, "compress_to_fp16": fp16,
-            "applied_precision": _applied(precision, by_type, histogram.get("FakeQuantize", 0)),
+            "applied_precision": _applied(precision, by_type, histogram.get("FakeQuantize", 0), default),
+            "default_compile": {"device": "CPU", "inference_precision": default,
+                                "validated_with": dict(VALIDATED)},
             **io, "dynamic_inputs": {r["name"]: r["partial_shape"] for r in io["inputs"]
                                      if r["shape"] is None or None in r["shape"]},
             "ops": histogram, "constants": by_type, "weights_file": weights_of(staged).name,

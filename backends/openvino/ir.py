@@ -9,6 +9,10 @@ from onnxbridge.errors import BadInputError, UnavailableError
 # rt_info keys the build writes into the IR, read back by ``inspect`` (and the key OpenVINO writes its version in)
 PRECISION_KEY = ["onnxbridge", "precision"]
 WRITER_KEY = ["onnxbridge", "version"]
+# the compile config the hop validated the IR with (OpenVINO does not apply a hint written in the IR, so a reader
+# must pass it to compile_model): "INFERENCE_PRECISION_HINT=f32"
+VALIDATED_KEY = ["onnxbridge", "validated_with"]
+VALIDATED = {"INFERENCE_PRECISION_HINT": "f32"}  # the config the hop's runner compiles with
 RUNTIME_VERSION_KEY = "Runtime_version"
 
 
@@ -112,4 +116,7 @@ def inspect(path: Path) -> dict:
         info["precision"] = precision
     if writer:
         info["built_by"] = f"onnxbridge {writer}"
+    validated = rt_value(model, VALIDATED_KEY)
+    if validated:  # pass these to compile_model to compute what onnxbridge validated
+        info["validated_with"] = dict(item.split("=", 1) for item in validated.split(";") if "=" in item)
     return {**info, **ports(model), "ops": ops(model), "constants": constants(model)}

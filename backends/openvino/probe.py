@@ -23,7 +23,7 @@ class IrTensors:
         from onnxbridge.backends.openvino.run import Runner
 
         self.path = Path(path)
-        self.runner = Runner(self.path)  # HopSkipped / UnsupportedError where the hop could not run either
+        self.runner = Runner(self.path, check_defaults=False)  # HopSkipped / UnsupportedError as the hop's runner
         self.ov, self.core, self.model = read(self.path)
         self.ports: dict[str, tuple[str, str]] = {}  # tensor name -> (node friendly name, node type)
         for node in self.model.get_ordered_ops():

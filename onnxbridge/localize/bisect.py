@@ -1,26 +1,40 @@
-"""Find the first diverging checkpoint of a hop by bisection, a few tensors alive at a time.
+"""Find the first diverging checkpoint of a hop: the earliest out of tolerance, a bounded number of bytes alive.
 
-Checkpoints are in topological order. The search assumes "once broken, stays broken": if checkpoint i is out of
-tolerance, so is every later one that depends on it. Each step asks both probes for ``per_step`` tensors that
-split the unknown interval evenly (the first step also asks for the last checkpoint: if it agrees there is nothing
-to find), on every sample (a divergence on any sample counts), compares them and drops them. So n checkpoints take
-about 1 + log_{per_step+1}(n) steps of the candidate side, each holding only the tensors it asked for.
+The answer (``first_divergent``) is the earliest checkpoint, in topological order, whose output is out of
+tolerance on some sample while its inputs that are checkpoints are all within tolerance: the op that introduced
+the error, not where it became visible. An error can appear and be hidden again downstream (a Relu, Min or Clip,
+a multiply by zero): only a look at every checkpoint before the answer can rule out an earlier one. So:
 
-When the search lands on checkpoint f, f's inputs that are checkpoints are checked too: if one is out of tolerance
-(the assumption did not hold: an error appeared and was hidden again), the search goes on before it. The answer
-is the earliest out-of-tolerance checkpoint found whose inputs all agree (``inputs_ok``): the op that introduced
-the error, not where it became visible. Tolerances per checkpoint: ``onnxbridge.localize.tolerance``.
+* **Ordered scan** (the default): every checkpoint is compared, in topological order, in runs whose asked tensors
+  (both sides, one sample) fit ``budget_bytes``, on every sample; the scan stops after the run that holds the
+  earliest out-of-tolerance checkpoint. Every checkpoint before the answer has been compared, on all samples.
+* **Bisection**, when the scan would take more than ``scan_runs`` runs (a model whose intermediates are many
+  times the budget): each step asks ``per_step`` tensors that split the unknown interval evenly, assuming "once
+  broken, stays broken"; where it lands, the culprit's inputs are checked and the search goes on before an input
+  that is out of tolerance. It takes about 1 + log_{per_step+1}(n) steps but can miss a divergence hidden again
+  downstream; ``method`` says so.
 
-Each trace entry carries ``over_tolerance`` (the worst sample's ``required_atol / atol``: above 1 fails). Where the
-culprit is barely past its tolerance and its inputs are already close to theirs, ``method`` says the error crept
-up (rounding drift, typically fp16) rather than one op introducing it. ``runs`` counts the candidate's runs per
-sample: one per step, more where the byte budget split a step.
+Where a probe cannot estimate tensor sizes, a first step asks a few tensors spread over the graph (and the last)
+to learn them. ``suspects``: nodes another check already named (the fp16 range check's "node 'X' (Op) made inf in
+'Y' from finite inputs", passed by ``onnxbridge.localize.hops.attach``); they are compared first, and a suspect
+whose inputs are within tolerance is the answer unless an earlier checkpoint diverges; one no probe can show is
+the answer when no checkpoint diverges, so localization never says "no divergent node" after a check named one.
+
+Each trace entry carries ``over_tolerance`` (the worst sample's ``required_atol / atol``: above 1 fails) and, where
+a side has NaN/inf values, how many (``nonfinite_output``, ``nonfinite_reference``, of ``values``). The trace keeps
+the tensors around the answer, the first step's, the answer's inputs and an even spread of the rest (``compared``
+says how many were compared in all). Where the culprit is barely past its tolerance and its inputs are already
+close to theirs, ``method`` says the error crept up (rounding drift, typically fp16) rather than one op
+introducing it. ``runs`` counts the candidate's runs per sample. Tolerances per checkpoint:
+``onnxbridge.localize.tolerance``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import time
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from onnxbridge.compare import merge
 from onnxbridge.errors import BadInputError
@@ -33,71 +47,227 @@ if TYPE_CHECKING:
     from onnxbridge.specs import Sample
     from onnxbridge.validation import Tolerance
 
-PER_STEP = 3  # tensors asked per step when the budget allows: log4(n) steps
+PER_STEP = 3  # tensors asked per bisection step when the budget allows: log4(n) steps
+SCAN_RUNS = 16  # the most runs an ordered scan may take; beyond it, bisection
 DRIFT_OVER, DRIFT_NEAR = 3.0, 0.3  # "drift": the culprit under 3x its tolerance, an input at 30% of its own
+TRACE_AROUND, TRACE_SPREAD = 8, 24  # trace entries kept either side of the answer, and spread over the rest
+
+# nodes another check named for the hop being localized (``hops.attach`` sets it around the search): mappings with
+# ``node``, ``op``, ``tensor`` (a name of the candidate's graph) and ``note`` (the check's words)
+SUSPECTS: contextvars.ContextVar[tuple] = contextvars.ContextVar("onnxbridge_localize_suspects", default=())
+
+
+@contextlib.contextmanager
+def suspecting(suspects: Sequence[Mapping]) -> Iterator[None]:
+    """Within the block, ``localize`` starts from ``suspects`` (unless given its own)."""
+    token = SUSPECTS.set(tuple(suspects))
+    try:
+        yield
+    finally:
+        SUSPECTS.reset(token)
 
 
 def localize(reference: Probe, candidate: Probe, checkpoints: Sequence[Checkpoint], samples: "Sequence[Sample]",
-             tol: "Tolerance", *, method: str, budget_bytes: int = 256 * 2**20, per_step: int = PER_STEP) -> dict:
+             tol: "Tolerance", *, method: str, budget_bytes: int = 256 * 2**20, per_step: int = PER_STEP,
+             scan_runs: int = SCAN_RUNS, suspects: Sequence[Mapping] | None = None) -> dict:
     """The report's ``localization`` block for one hop (see ``docs/report-schema.md``).
 
-    ``budget_bytes``: the most bytes of asked tensors (both sides, one sample) held at once; a step whose tensors
+    ``budget_bytes``: the most bytes of asked tensors (both sides, one sample) held at once; a run whose tensors
     would exceed it is split into several runs (a single tensor larger than the budget is still asked alone).
     Sizes are those seen so far, else a probe's optional ``estimate_bytes(names, feeds) -> {name: bytes}``
-    (``OnnxProbe`` has one, from shape inference), else the largest seen. ``per_step``: tensors asked per step.
+    (``OnnxProbe`` has one, from shape inference), else the largest seen. ``scan_runs``: the most runs the ordered
+    scan may take (0: always bisect); ``per_step``: tensors asked per bisection step. ``suspects``: see the module
+    (default: those ``suspecting`` set).
     """
     if not samples:
         raise BadInputError("localization needs at least one sample")
     started = time.perf_counter()
-    search = _Search(reference, candidate, list(checkpoints), samples, tol, budget_bytes, max(1, per_step))
-    first, reason = search.run()
+    search = _Search(reference, candidate, list(checkpoints), samples, tol, budget_bytes, max(1, per_step),
+                     max(0, scan_runs), SUSPECTS.get() if suspects is None else tuple(suspects))
+    first, reasons = search.run()
     n = len(search.checkpoints)
-    how = (f"{method}; bisection over {n} checkpoints in topological order, up to {search.per_step} tensors a "
-           f"step on all {len(samples)} sample(s), tolerance per tensor: atol x max(1, RMS of the reference "
-           f"tensor), fp16 tensors held to at least the fp16 tolerance")
-    if reason:
-        how += f"; {reason}"
+    tolerance = ("tolerance per tensor: atol x max(1, RMS of the reference tensor), fp16 tensors held to at least "
+                 "the fp16 tolerance")
+    if search.mode == "scan":
+        how = (f"{method}; every checkpoint up to the first divergent compared in topological order "
+               f"({search.compared} of {n}, at most {_mib(search.budget)} of tensors a run) on all {len(samples)} "
+               f"sample(s), {tolerance}")
+    elif search.mode == "bisect":
+        how = (f"{method}; bisection over {n} checkpoints in topological order (an ordered scan would take "
+               f"{search.scan_estimate} runs, more than {search.scan_runs}: a divergence hidden again downstream "
+               f"can be missed), up to {search.per_step} tensors a step on all {len(samples)} sample(s), {tolerance}")
+    else:
+        how = method
+    how = "; ".join([how, *reasons])
     return {"first_divergent": first, "trace": search.trace(), "method": how, "runs": search.runs,
-            "seconds": round(time.perf_counter() - started, 3), "checkpoints": n}
+            "seconds": round(time.perf_counter() - started, 3), "checkpoints": n, "compared": search.compared}
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.3g} MiB"
 
 
 class _Search:
     def __init__(self, reference: Probe, candidate: Probe, checkpoints: list[Checkpoint], samples, tol,
-                 budget_bytes: int, per_step: int):
+                 budget_bytes: int, per_step: int, scan_runs: int, suspects: tuple):
         self.reference, self.candidate = reference, candidate
         self.checkpoints = checkpoints
         self.index = {cp.tensor: i for i, cp in enumerate(checkpoints)}
         self.samples, self.tol = samples, tol
-        self.budget, self.per_step = budget_bytes, per_step
+        self.budget, self.per_step, self.scan_runs = budget_bytes, per_step, scan_runs
+        self.suspects = suspects
         self.merged: dict[int, dict] = {}  # checkpoint -> metrics merged over samples (worst of each)
         self.worst: dict[int, dict] = {}  # checkpoint -> metrics of its worst sample
         self.step_of: dict[int, int] = {}
         self.nbytes: dict[str, int] = {}  # bytes per tensor (one side, one sample), as seen or estimated
+        self.guessed: set[str] = set()  # tensors whose size no probe could tell
         self.runs = 0
+        self.mode = "none"
+        self.scan_estimate = 0
+        self.first_step: set[int] = set()
+        self.answer_at: int | None = None
+        self.unmatched: list[Mapping] = list(suspects)  # suspects no checkpoint shows (``suspected`` sets it)
+
+    @property
+    def compared(self) -> int:
+        return len(self.merged)
+
+    def inputs_of(self, i: int) -> list[int]:
+        """The checkpoints among checkpoint ``i``'s inputs (all before it in topological order)."""
+        return [self.index[t] for t in self.checkpoints[i].inputs if t in self.index and self.index[t] < i]
 
     # -- the search ---------------------------------------------------------------------------------------
-    def run(self) -> tuple[dict | None, str | None]:
+    def run(self) -> tuple[dict | None, list[str]]:
         n = len(self.checkpoints)
         if n == 0:
-            return None, "no checkpoints: neither side can show intermediate tensors of this graph"
+            return self.unseen_suspect(["no checkpoints: neither side can show intermediate tensors of this graph"])
+        suspected = self.suspected()
+        for i in range(n):
+            self.estimate(self.checkpoints[i].tensor)
+        if self.guessed or suspected:  # learn the sizes no probe could tell; look at the suspects first
+            start = set(self.points(0, n, include_last=True)) if self.guessed else set()
+            start |= set(suspected) | {j for i in suspected for j in self.inputs_of(i)}
+            self.first_step = set(start)
+            self.evaluate(sorted(start))
+        rest = [i for i in range(n) if i not in self.merged]
+        self.scan_estimate = len(self.batches(rest))
+        if self.scan_estimate <= self.scan_runs:
+            self.mode = "scan"
+            found = self.scan(rest)
+        else:
+            self.mode = "bisect"
+            found = self.bisect(suspected)
+        return self.conclude(found, suspected)
+
+    def scan(self, rest: list[int]) -> int | None:
+        """Compare ``rest`` in topological order, a budget's worth a run, until the earliest out-of-tolerance
+        checkpoint is known (everything before it compared); its index, or None."""
+        while rest:
+            batch = self.batches(rest)[0]  # sizes learnt in earlier runs re-plan the rest
+            self.evaluate(batch)
+            rest = rest[len(batch):]
+            bad = self.bad()
+            if bad is not None and (not rest or bad < rest[0]):
+                return bad
+        return self.bad()
+
+    def bad(self) -> int | None:
+        return min((i for i, m in self.merged.items() if not m["passed"]), default=None)
+
+    def bisect(self, suspected: list[int]) -> int | None:
+        """Bisection under "once broken, stays broken", starting before a suspect that is out of tolerance."""
+        n = len(self.checkpoints)
         lo, hi = 0, n  # unknown: [lo, hi); hi < n: checkpoint hi is out of tolerance
+        lo, hi = self.narrow(lo, hi)
         while True:
             while lo < hi:
                 self.evaluate(self.points(lo, hi, include_last=hi == n))
                 lo, hi = self.narrow(lo, hi)
             if hi == n:
-                last = self.checkpoints[-1]
-                return None, (f"no checkpoint is out of tolerance on any sample (the last, '{last.tensor}', agrees): "
-                              "the divergence is where the checkpoints do not reach (ops after the last checkpoint "
-                              "or tensors the sides cannot show)")
-            inputs = [self.index[t] for t in self.checkpoints[hi].inputs if t in self.index and self.index[t] < hi]
+                return None
+            inputs = self.inputs_of(hi)
             self.evaluate([i for i in inputs if i not in self.merged])
             bad = [i for i in inputs if not self.merged[i]["passed"]]
             if not bad:
-                return self.answer(hi, True), self.drift(hi, inputs)
+                return hi
             hi = min(bad)  # an input already diverged: the error came in earlier
             good = [i for i, m in self.merged.items() if i < hi and m["passed"]]
             lo = max(good) + 1 if good else 0
+
+    def conclude(self, found: int | None, suspected: list[int]) -> tuple[dict | None, list[str]]:
+        """The answer: the earliest of the divergent checkpoint found and the suspects whose inputs are within
+        tolerance; with the words that explain it."""
+        reasons: list[str] = []
+        vouched = [i for i in suspected if all(self.merged[j]["passed"] for j in self.inputs_of(i))]
+        at = min([i for i in [found, *vouched] if i is not None], default=None)
+        if at is None:
+            n = len(self.checkpoints)
+            last = self.checkpoints[-1]
+            if self.mode == "scan":
+                words = (f"no checkpoint is out of tolerance on any sample (all {n} compared, the last "
+                         f"'{last.tensor}' included)")
+            else:
+                words = (f"no checkpoint is out of tolerance on any sample (the last, '{last.tensor}', agrees)")
+            return self.unseen_suspect([words + ": where the hop's outputs differ, the divergence is where the "
+                                        "checkpoints do not reach (ops after the last checkpoint or tensors the "
+                                        "sides cannot show)"])
+        self.answer_at = at
+        inputs = self.inputs_of(at)
+        answer = self.answer(at, all(self.merged[j]["passed"] for j in inputs if j in self.merged))
+        note = self.suspect_note(at)
+        if note:
+            answer["named_by"] = note
+            if self.merged[at]["passed"]:
+                reasons.append(f"'{self.checkpoints[at].tensor}' is within tolerance here, but the check that "
+                               f"named it saw its inputs finite and its output not ({note})")
+        elif suspected:
+            names = ", ".join(f"'{self.checkpoints[i].node}'" for i in suspected)
+            reasons.append(f"the range check named {names}; '{self.checkpoints[at].node}' diverges earlier")
+        drift = self.drift(at, inputs)
+        if drift:
+            reasons.append(drift)
+        last = len(self.checkpoints) - 1
+        if last != at and last in self.merged and self.merged[last]["passed"]:
+            reasons.append(f"the divergence at '{self.checkpoints[at].tensor}' is hidden again downstream: the last "
+                           f"checkpoint, '{self.checkpoints[last].tensor}', is within tolerance")
+        return answer, reasons
+
+    # -- suspects (nodes another check named) ------------------------------------------------------------
+    def suspected(self) -> list[int]:
+        """Checkpoints the suspects name: by tensor (the candidate's name, or the reference's), else by node."""
+        own = getattr(self.candidate, "rename", None) or {}
+        by_own = {v: k for k, v in own.items()}
+        out, self.unmatched = [], []
+        for s in self.suspects:
+            tensor, node = s.get("tensor"), s.get("node")
+            i = self.index.get(by_own.get(tensor, tensor)) if tensor else None
+            if i is None and node:
+                i = next((k for k, cp in enumerate(self.checkpoints) if node in (cp.node, cp.source)), None)
+            if i is None:
+                self.unmatched.append(s)
+            elif i not in out:
+                out.append(i)
+        return sorted(out)
+
+    def suspect_note(self, i: int) -> str | None:
+        cp = self.checkpoints[i]
+        own = (getattr(self.candidate, "rename", None) or {}).get(cp.tensor, cp.tensor)
+        return next((s.get("note") or f"node '{s.get('node')}'" for s in self.suspects
+                     if s.get("tensor") in (cp.tensor, own) or (not s.get("tensor") and s.get("node") in
+                                                                   (cp.node, cp.source))), None)
+
+    def unseen_suspect(self, reasons: list[str]) -> tuple[dict | None, list[str]]:
+        """No checkpoint diverges: a suspect the probes could not show is the answer (its check saw it)."""
+        for s in self.unmatched:
+            if not s.get("node"):
+                continue
+            tensor = s.get("tensor") or ""
+            reasons.append(f"'{tensor}' is not among the tensors both sides can show; the answer is the node the "
+                           "check named")
+            error = {"reason": s.get("note") or "named by another check", "passed": False}
+            return {"node": s["node"], "op": s.get("op") or "", "output": tensor, "source": None, "error": error,
+                    "inputs_ok": True, "named_by": s.get("note")}, reasons
+        return None, reasons
 
     def points(self, lo: int, hi: int, *, include_last: bool) -> list[int]:
         """Up to ``per_step`` checkpoints splitting [lo, hi) evenly (all of them when it is that small)."""
@@ -161,6 +331,7 @@ class _Search:
                 if size is not None:
                     self.nbytes[name] = int(size)
                     return int(size)
+        self.guessed.add(name)
         return max(self.nbytes.values(), default=0)
 
     def record(self, i: int, sample: int, name: str, ref: "np.ndarray | None", got: "np.ndarray | None") -> None:
@@ -170,6 +341,7 @@ class _Search:
         else:
             metrics = compare_checkpoint(self.tol, name, ref, got)
             self.nbytes[name] = max(int(getattr(ref, "nbytes", 0)), int(getattr(got, "nbytes", 0)))
+            self.guessed.discard(name)
         metrics["sample"] = sample
         self.merged[i] = merge(self.merged.get(i), metrics) if i in self.merged else dict(metrics)
         if i not in self.worst or _badness(metrics) > _badness(self.worst[i]):
@@ -192,15 +364,36 @@ class _Search:
                 f"{max(near):.0%} of theirs: the error accumulates (rounding drift) and crosses the tolerance here "
                 "rather than this op introducing it")
 
+    def kept(self) -> list[int]:
+        """The compared checkpoints the trace keeps: all of them when few, else those around the answer, the first
+        step's, the answer's inputs, those a bisection looked at and an even spread of the rest."""
+        done = sorted(self.merged)
+        if len(done) <= TRACE_SPREAD + 2 * TRACE_AROUND + 1:
+            return done
+        keep = set(self.first_step)
+        if self.mode == "bisect":
+            keep |= {i for i, step in self.step_of.items()}
+        if self.answer_at is not None and self.answer_at in self.merged:
+            at = done.index(self.answer_at)
+            keep |= set(done[max(at - TRACE_AROUND, 0):at + TRACE_AROUND + 1])
+            keep |= {j for j in self.inputs_of(self.answer_at) if j in self.merged}
+        step = (len(done) - 1) / max(TRACE_SPREAD - 1, 1)
+        keep |= {done[round(k * step)] for k in range(TRACE_SPREAD)}
+        return sorted(keep)
+
     def trace(self) -> list[dict]:
         out = []
-        for i in sorted(self.merged):
+        for i in self.kept():
             cp, m = self.checkpoints[i], self.merged[i]
             entry = {"node": cp.node, "output": cp.tensor, "max_abs": m.get("max_abs"), "max_rel": m.get("max_rel"),
                      "cosine": m.get("cosine"), "passed": bool(m["passed"]), "index": i, "step": self.step_of.get(i)}
             over = _over(self.worst[i])  # the worst sample's error over the tolerance that sample was held to
             if over is not None:
                 entry["over_tolerance"] = round(over, 4)
+            if m.get("nonfinite_output") or m.get("nonfinite_reference"):  # the figures above are finite-only
+                entry["nonfinite_output"] = int(m.get("nonfinite_output") or 0)
+                entry["nonfinite_reference"] = int(m.get("nonfinite_reference") or 0)
+                entry["values"] = math.prod(m.get("shape") or ())
             if "error" in m:
                 entry["error"] = m["error"]
             elif m.get("reason"):

@@ -2,6 +2,7 @@
 when a hop cannot be localized (never an error that ends the run)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -37,12 +38,41 @@ def wanted(mode: str, hop: dict) -> bool:
 
 
 def tolerance_of(hop: dict) -> "Tolerance":
-    """The tolerance the hop applied (after its runner raised it, e.g. the simulator's fp16)."""
+    """The elementwise tolerance localization holds the hop's tensors to: the hop's ``atol``/``rtol`` (after its
+    runner raised them, e.g. the simulator's fp16; kept beside any rule's own budget) where it records them, else
+    its precision's defaults (``onnxbridge.compare.TOLERANCES``; fp32 for a precision it does not know).
+    Localization compares tensors elementwise whatever rule judged the hop's outputs."""
+    import dataclasses
+
+    from onnxbridge.compare import TOLERANCES
     from onnxbridge.validation import Tolerance
 
-    t = hop["tolerance"]
-    per = tuple((n, v.get("atol"), v.get("rtol")) for n, v in (t.get("per_output") or {}).items())
-    return Tolerance(t["atol"], t["rtol"], t["precision"], per, t.get("reason"))
+    t = hop.get("tolerance") or {}
+    precision = t.get("precision") if t.get("precision") in TOLERANCES else "fp32"
+    atol, rtol = TOLERANCES[precision]
+    atol = float(t["atol"]) if t.get("atol") is not None else atol
+    rtol = float(t["rtol"]) if t.get("rtol") is not None else rtol
+    per = tuple((n, v.get("atol"), v.get("rtol")) for n, v in (t.get("per_output") or {}).items()
+                if isinstance(v, dict))
+    given = {"atol": atol, "rtol": rtol, "precision": precision, "per_output": per, "reason": t.get("reason")}
+    known = {f.name for f in dataclasses.fields(Tolerance)}
+    return Tolerance(**{k: v for k, v in given.items() if k in known})
+
+
+# the fp16 range check's words (onnxbridge.fp16eval): the node that made inf/NaN from finite inputs
+RANGE_CHECK = re.compile(r"fp16: node '(?P<node>.*?)' \((?P<op>[^)]*)\) made (?:inf|NaN) in '(?P<tensor>.*?)' "
+                         r"from finite inputs")
+
+
+def suspects_of(hop: dict) -> list[dict]:
+    """Nodes the hop's own checks already named (its errors and notes): the fp16 range check's, as
+    ``{"node", "op", "tensor", "note"}`` (the note's line up to its colon-separated explanation)."""
+    out = []
+    for line in [*(hop.get("errors") or ()), *(hop.get("notes") or ())]:
+        found = RANGE_CHECK.search(str(line))
+        if found and not any(s["tensor"] == found["tensor"] for s in out):
+            out.append({**found.groupdict(), "note": found.group(0)})
+    return out
 
 
 def attach(hop: dict, mode: str, make: Callable[[], dict], progress=None) -> None:
@@ -50,21 +80,37 @@ def attach(hop: dict, mode: str, make: Callable[[], dict], progress=None) -> Non
     the backend cannot run here, a native crash, a bug of ours: the verdict stands either way)."""
     from onnxbridge.errors import HopSkipped
 
+    from onnxbridge.localize.bisect import suspecting
+
     if not wanted(mode, hop):
         return
     step = progress.step(f"Localizing the divergence of {hop['from']} -> {hop['to']}") if progress else None
     try:
-        if step is not None:
-            with step:
+        with suspecting(suspects_of(hop)):
+            if step is not None:
+                with step:
+                    hop["localization"] = make()
+            else:
                 hop["localization"] = make()
-        else:
-            hop["localization"] = make()
+        _agree(hop)
     except HopSkipped as exc:
         hop["localization"] = {"skipped": exc.one_line(), "method": "none"}
     except Exception as exc:  # noqa: BLE001 - localization explains a verdict; its failure must not change it
         text = " ".join(str(exc).split())[:300]
         hop["localization"] = {"skipped": f"localization could not run: {type(exc).__name__}: {text}",
                                "method": "none"}
+
+
+def _agree(hop: dict) -> None:
+    """A passed hop names no first divergent node: a checkpoint out of tolerance whose difference never reaches
+    the outputs (hidden again downstream, or within the rule that judged the outputs) is said in ``method``."""
+    loc = hop.get("localization") or {}
+    first = loc.get("first_divergent")
+    if hop.get("status") != "passed" or not first:
+        return
+    loc["first_divergent"] = None
+    loc["method"] = (f"{loc.get('method') or ''}; '{first['output']}' (node '{first['node']}') is out of its "
+                     "elementwise tolerance, but the hop's outputs pass: no first divergent node for a passed hop")
 
 
 def source_to_onnx(src: "SourceModel", onnx_path: Path, samples: "Sequence[Sample]", tol: "Tolerance",

@@ -39,9 +39,16 @@ def _skeleton(model: "str | Path | onnx.ModelProto") -> tuple["onnx.ModelProto",
     return model, None
 
 
+SMALL_INITIALIZER = 1024  # bytes: initializers up to this size keep their values for shape inference
+
+
 def _weightless(model: "onnx.ModelProto") -> "onnx.ModelProto":
-    """A copy for shape inference: the graph with initializers reduced to their names, types and dims."""
+    """A copy for shape inference: small initializers (shapes, axes, scalars: what inference reads the values of)
+    kept whole, the others declared as graph inputs of their type and dims (an initializer with dims but no data
+    fails inference at the first node that reads its values, e.g. a Reshape's shape, and every node after it is
+    left without a type)."""
     import onnx
+    from onnx import helper
 
     out = onnx.ModelProto(ir_version=model.ir_version)
     out.opset_import.extend(model.opset_import)
@@ -50,9 +57,54 @@ def _weightless(model: "onnx.ModelProto") -> "onnx.ModelProto":
     g.name = model.graph.name
     for field in ("node", "input", "output", "value_info"):
         getattr(g, field).extend(getattr(model.graph, field))
+    declared = {i.name for i in g.input}
     for t in model.graph.initializer:
-        g.initializer.add(name=t.name, dims=t.dims, data_type=t.data_type)
+        external = t.data_location == onnx.TensorProto.EXTERNAL
+        if not external and t.ByteSize() <= SMALL_INITIALIZER:
+            g.initializer.append(t)
+        elif t.name not in declared:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     return out
+
+
+# element types of node outputs that shape inference left unknown: ops whose output type is fixed, else the first
+# typed input's (most ops keep their inputs' type)
+INT64_OPS = {"Shape", "Size", "NonZero", "ArgMax", "ArgMin"}
+BOOL_OPS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN",
+            "IsInf"}
+
+
+def _propagate_types(model: "onnx.ModelProto", out: dict[str, tuple[int, tuple | None]]) -> None:
+    """Fill in ``out`` (name -> (element type, dims)) for node outputs inference gave no type, in topological
+    order: Cast's ``to``, CastLike's target's type, fixed types (Shape: int64, Equal: bool, ...), else the type of
+    the node's first typed input (for its first output only)."""
+    g = model.graph
+    for i in topological(g):
+        node = g.node[i]
+        for k, name in enumerate(node.output):
+            if not name or out.get(name, (UNDEFINED, None))[0] != UNDEFINED:
+                continue
+            elem = UNDEFINED
+            if node.op_type == "Cast":
+                elem = next((a.i for a in node.attribute if a.name == "to"), UNDEFINED)
+            elif node.op_type == "CastLike" and len(node.input) > 1:
+                elem = out.get(node.input[1], (UNDEFINED, None))[0]
+            elif node.op_type == "DequantizeLinear" and len(node.input) > 1:
+                elem = out.get(node.input[1], (UNDEFINED, None))[0]  # the scale's type
+            elif node.op_type == "QuantizeLinear":
+                elem = out.get(node.input[2], (UNDEFINED, None))[0] if len(node.input) > 2 and node.input[2] else 2
+            elif node.op_type in ("Constant", "ConstantOfShape"):
+                value = next((a.t for a in node.attribute if a.name == "value"), None)
+                elem = value.data_type if value is not None else 1 if node.op_type == "ConstantOfShape" else UNDEFINED
+            elif node.op_type in INT64_OPS:
+                elem = 7
+            elif node.op_type in BOOL_OPS:
+                elem = 9
+            elif k == 0:
+                elem = next((out[r][0] for r in node.input if r and out.get(r, (UNDEFINED, None))[0] > 0),
+                            UNDEFINED)
+            if elem != UNDEFINED:
+                out[name] = (elem, out.get(name, (UNDEFINED, None))[1])
 
 
 def value_types(model: "onnx.ModelProto", shapes: Mapping[str, Sequence[int]] | None = None
@@ -83,6 +135,7 @@ def value_types(model: "onnx.ModelProto", shapes: Mapping[str, Sequence[int]] | 
         out[vi.name] = (tt.elem_type, None if dims is None or None in dims else dims)
     for t in model.graph.initializer:
         out.setdefault(t.name, (t.data_type, tuple(t.dims)))
+    _propagate_types(model, out)
     return out
 
 

@@ -38,7 +38,9 @@ def matrix(manifest: str | Path, outdir: str | Path, *, workers: int | None = No
     over cell names (``cnn/onnx-*``); ``baseline``: an older matrix.json: its passed cells that do not pass now are
     ``regressions``; ``cache``: reuse cells that passed with the same key; ``timeout``: seconds per cell (then
     ``error``); ``progress``: a bar on a terminal, else a line per finished cell on stderr (False: silent). Raises
-    BadInputError for a bad manifest, executor or baseline; a cell's failure is in its record.
+    BadInputError for a bad manifest, executor or baseline; a cell's failure is in its record. The result's
+    ``status``: ``failed`` (a failed or error cell, or a regression), else ``skipped`` when a cell was skipped
+    (not run or not compared: never a pass), else ``passed``.
     """
     from onnxbridge.matrix.cache import cell_keys, reusable, save_record
     from onnxbridge.matrix.cells import expand
@@ -99,12 +101,13 @@ def matrix(manifest: str | Path, outdir: str | Path, *, workers: int | None = No
     regressions = find_regressions(old, rows) if old is not None else []
     counts = {status: sum(r["status"] == status for r in rows) for status in STATUSES}
     bad = counts["failed"] or counts["error"] or regressions
+    status = "failed" if bad else "skipped" if counts["skipped"] else "passed"  # a skipped cell is never a pass
     from onnxbridge import __version__
     from onnxbridge.matrix.outputs import MATRIX_SCHEMA_VERSION, write_outputs
 
     result = {"schema_version": MATRIX_SCHEMA_VERSION, "tool": {"name": "onnxbridge", "version": __version__},
               "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "manifest": str(manifest),
-              "executor": described, "status": "failed" if bad else "passed", "counts": counts,
+              "executor": described, "status": status, "counts": counts,
               "regressions": regressions, "baseline": str(baseline) if baseline is not None else None,
               "seconds": round(time.monotonic() - started_at, 3), "cells": rows}
     write_outputs(result, outdir)

@@ -67,6 +67,27 @@ def _precision_skip(target: str, precision: str, cache: dict) -> str | None:
     return None
 
 
+def _dynamic_skip(target: str, options: dict) -> str | None:
+    """Why ``target`` cannot take the model's ``dynamic`` axes (its artifacts have static shapes and
+    ``input_shapes`` does not fix those inputs: ``convert`` refuses it, exit 2), or None."""
+    from onnxbridge.plugins import module_of
+    from onnxbridge.spine import dynamic_not_kept
+    from onnxbridge.specs import InputSpec
+
+    if not options.get("dynamic"):
+        return None
+    try:
+        lost = dynamic_not_kept(target, module_of(target), InputSpec.parse(options.get("input_shapes"),
+                                                                          options["dynamic"]))
+    except BadInputError:
+        return None  # a malformed value: the cell's own conversion says what is wrong
+    if lost is None:
+        return None
+    axes = ", ".join(f"{d.name}:{d.axis}" for d in lost[0])
+    return (f"backend {target} cannot keep dynamic axes ({axes}): its models have static shapes (fix the size with "
+            "input_shapes, or exclude the cell)")
+
+
 def _cell_options(options: dict, target: str, backend_options: set[str]) -> dict:
     """The model's options for one target: backend options only where that backend declares them (a matrix
     default ``workspace`` reaches the tensorrt cells only)."""
@@ -78,8 +99,9 @@ def _cell_options(options: dict, target: str, backend_options: set[str]) -> dict
 
 def expand(manifest: Manifest, only: Sequence[str] = ()) -> list[Cell]:
     """Models x targets x precisions x opsets minus ``exclude``; ``only``: glob patterns over cell names (any
-    matches). Cells whose target does not apply the precision, or is not installed, get ``skip``. An empty result
-    is refused."""
+    matches). Cells whose target does not apply the precision, is not installed, or cannot keep the model's
+    ``dynamic`` axes (static shapes, and no ``input_shapes`` for those inputs) get ``skip``. An empty result is
+    refused."""
     backend_options = backend_option_names()
     declared: dict = {}
     cells = []
@@ -91,7 +113,8 @@ def expand(manifest: Manifest, only: Sequence[str] = ()) -> list[Cell]:
                         _cell_options(model.options, target, backend_options))
             if only and not any(fnmatch.fnmatchcase(cell.name, pattern) for pattern in only):
                 continue
-            cells.append(replace(cell, skip=_precision_skip(target, precision, declared)))
+            skip = _precision_skip(target, precision, declared)
+            cells.append(replace(cell, skip=skip or _dynamic_skip(target, cell.options)))
     if not cells:
         why = f" match --only {' '.join(only)}" if only else " remain after exclude"
         raise BadInputError(f"{manifest.path}: no cells{why}")

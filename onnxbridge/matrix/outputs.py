@@ -12,7 +12,7 @@ from html import escape
 from pathlib import Path
 from urllib.parse import quote
 
-MATRIX_SCHEMA_VERSION = "1.0"
+MATRIX_SCHEMA_VERSION = "1.1"  # 1.1: status "skipped" when a cell was skipped and none failed
 STATUSES = ("passed", "failed", "error", "skipped")
 MARK = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️"}
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "error": "#e65100", "skipped": "#757575"}
@@ -209,8 +209,9 @@ def render_markdown(matrix: dict) -> str:
     """Status and counts, the regressions, then per precision a model x target table (status and worst max abs;
     ♻️: reused from the cache, —: excluded) and the reasons of the cells that did not pass."""
     regressed = set(matrix.get("regressions") or ())
-    status = matrix.get("status") or ("passed" if all(c["status"] in ("passed", "skipped")
-                                                      for c in matrix["cells"]) and not regressed else "failed")
+    statuses = {c["status"] for c in matrix["cells"]}
+    status = matrix.get("status") or ("failed" if statuses & {"failed", "error"} or regressed else
+                                      "skipped" if "skipped" in statuses else "passed")
     executor = matrix.get("executor") or {}
     lines = [f"## onnxbridge matrix: {MARK.get(status, '')} {status}", ""]
     if matrix.get("manifest"):

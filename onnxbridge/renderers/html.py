@@ -1,6 +1,7 @@
-"""A self-contained HTML page: status, a diagram of the hops, per output its metrics and a histogram of absolute
-errors, and per failed hop a plot of the error along the graph with the first divergent node marked (inline SVG:
-no scripts, no network)."""
+"""A self-contained HTML page: status, a diagram of the hops, per hop the tolerance rule that judged it and its
+warm latency with the method, per output its metrics (max abs, cosine, SNR dB, the failed check and the budget) and a
+histogram of absolute errors, and per failed hop a plot of the error along the graph with the first divergent node
+marked (inline SVG: no scripts, no network)."""
 from __future__ import annotations
 
 import math
@@ -8,7 +9,8 @@ from html import escape
 
 from onnxbridge.compare import HISTOGRAM_EDGES
 from onnxbridge.renderers import chains, verdict
-from onnxbridge.report import localization_summary, trace_window
+from onnxbridge.report import (dynamic_axes_text, localization_summary, snr_cell, tolerance_text, trace_cells,
+                               trace_window)
 
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "skipped": "#757575", "blocked": "#c62828"}
 FLOOR = -12  # the plot's lowest decade: equal tensors (max abs 0) sit there
@@ -92,7 +94,10 @@ def inputs_table(report: dict) -> str:
 
 
 def _log_error(entry: dict) -> float | None:
-    """log10 of a traced tensor's max abs error (floored at 1e``FLOOR``; inf above everything); None when unknown."""
+    """log10 of a traced tensor's max abs error (floored at 1e``FLOOR``; inf above everything, as is a failed
+    tensor with NaN/inf values: its max abs covers the finite values only); None when unknown."""
+    if not entry.get("passed", True) and (entry.get("nonfinite_output") or entry.get("nonfinite_reference")):
+        return math.inf
     value = entry.get("max_abs")
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
@@ -146,8 +151,9 @@ def localization_svg(hop: dict) -> str:
             continue
         x, y = left + i * step, y_of(v)
         colour = COLOURS["passed"] if t.get("passed") else COLOURS["failed"]
-        tip = (f"#{t.get('index', i)} {t.get('node')} → {t.get('output')}: max abs {_num(t.get('max_abs'))}, "
-               f"max rel {_num(t.get('max_rel'))}, cosine {_num(t.get('cosine'), '.6f')}"
+        cells = trace_cells(t)
+        tip = (f"#{t.get('index', i)} {t.get('node')} → {t.get('output')}: max abs {cells[0]}, "
+               f"max rel {cells[1]}, cosine {cells[2]}"
                + (f"; {t['error']}" if t.get("error") else ""))
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{5 if i == culprit else 3}" fill="{colour}"'
                      + (' stroke="#000" stroke-width="1.5"' if i == culprit else "")
@@ -193,8 +199,7 @@ def localization_html(hop: dict) -> str:
                 mark += f" {escape(str(t['error']))}"
             html.append(f"<tr><td>{t.get('index', at)}</td><td><code>{escape(str(t.get('node')))}</code></td>"
                         f"<td><code>{escape(str(t.get('output')))}</code></td>"
-                        + "".join(f"<td>{_num(t.get(k), spec)}</td>"
-                                  for k, spec in (("max_abs", ".3g"), ("max_rel", ".3g"), ("cosine", ".6f")))
+                        + "".join(f"<td>{escape(cell)}</td>" for cell in trace_cells(t))
                         + f"<td>{mark}</td></tr>")
         html.append("</table>")
     return "".join(html) + "</div>"
@@ -240,9 +245,26 @@ def _ran(hop: dict) -> str:
                     f"<td>{'' if seconds is None else f'{seconds * 1e3:.3g} ms'}</td></tr>")
     if not rows:
         return ""
-    method = escape(hop.get("latency_method", ""))
-    return (f'<table class="ran"><tr><th>side</th><th>what ran</th><th>latency ({method})</th></tr>'
+    timed = any(v is not None for v in (hop.get("latency_s") or {}).values())
+    method = hop.get("latency_method") if timed else None
+    head = "latency" + (f" ({escape(method)})" if method else "") if timed else ""
+    return (f'<table class="ran"><tr><th>side</th><th>what ran</th><th>{head}</th></tr>'
             + "".join(rows) + "</table>")
+
+
+def _metrics(out: dict) -> str:
+    """The deciding figures of a numeric output at a glance: max abs, cosine, SNR dB (and the check that failed)."""
+    if out.get("kind") != "numeric" or "error" in out:
+        return ""
+    cells = [("max abs", _num(out.get("max_abs"))), ("cosine", _num(out.get("cosine"), ".6f")),
+             ("SNR dB", snr_cell(out))]
+    if out.get("rel_rms") is not None:
+        cells.append(("rel rms", _num(out["rel_rms"])))
+    html = ('<table class="metrics"><tr>' + "".join(f"<th>{k}</th>" for k, _ in cells) + "</tr><tr>"
+            + "".join(f"<td>{escape(v)}</td>" for _, v in cells) + "</tr></table>")
+    if not out["passed"] and out.get("failed_check"):
+        html += f'<p class="fail failed-check">{escape(out["failed_check"])}</p>'
+    return html
 
 
 def _table(rows: list[tuple[str, str]]) -> str:
@@ -264,18 +286,31 @@ def render(report: dict) -> str:
     if report.get("inputs"):
         rows.append(("inputs", inputs_table(report)))
     if report.get("latency_s"):
+        method = next((h["latency_method"] for h in report["hops"] if h.get("latency_method")
+                       and any(v is not None for v in (h.get("latency_s") or {}).values())), None)
         rows.append(("latency", escape(", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in report["latency_s"].items()
-                                                  if v is not None))))
+                                                  if v is not None) + (f" ({method})" if method else ""))))
     env = report["environment"]
     rows.append(("environment", escape(f"Python {env['python']}, {env['platform']}, " +
                                        ", ".join(f"{k} {v}" for k, v in env["packages"].items()))))
     body += [_table(rows), hop_diagram_svg(report)]
     for hop in report["hops"]:
-        tol = hop["tolerance"]
+        tol = hop.get("tolerance") or {}
+        if tol.get("rule"):
+            judged = f'<span class="tolerance">{escape(tolerance_text(hop))}</span>'
+        else:  # before 1.8: the precision's elementwise tolerance
+            judged = (f'{escape(str(tol.get("precision", "")))} tolerance atol {tol.get("atol", 0):g}, '
+                      f'rtol {tol.get("rtol", 0):g}{"; " + escape(tol["reason"]) if tol.get("reason") else ""}')
         body.append(f'<h2>{escape(hop["from"])} → {escape(hop["to"])}: '
                     f'<span style="color:{COLOURS[hop["status"]]}">{hop["status"]}</span></h2>'
-                    f'<p>{hop["samples"]} sample(s); {escape(tol["precision"])} tolerance atol {tol["atol"]:g}, '
-                    f'rtol {tol["rtol"]:g}{"; " + escape(tol["reason"]) if tol.get("reason") else ""}</p>')
+                    f'<p>{hop.get("samples", 0)} sample(s); {judged}</p>')
+        dyn = dynamic_axes_text(hop)
+        if dyn:
+            exercised = (hop.get("dynamic_axes") or {}).get("exercised")
+            body.append(f'<p class="dynamic{"" if exercised else " fail"}">{escape(dyn)}</p>')
+        if hop.get("status") == "skipped" and hop.get("skipped_reason") and \
+                f"skipped: {hop['skipped_reason']}" not in hop.get("notes", ()):
+            body.append(f"<p>skipped: {escape(hop['skipped_reason'])}</p>")
         body += [f'<p class="fail">error: {escape(e)}</p>' for e in hop["errors"]]
         body.append(localization_html(hop))
         body.append(_ran(hop))
@@ -287,8 +322,8 @@ def render(report: dict) -> str:
         for out in hop["outputs"]:
             mark = "ok" if out["passed"] else '<b class="fail">FAIL</b>'
             body.append(f'<div class="out" id="output-{escape(out["name"])}"><h3><code>{escape(out["name"])}</code> '
-                        f'{mark}</h3><p>{escape(verdict(out))}</p>'
-                        f'<p>shape {"×".join(map(str, out["shape"]))}, {escape(out["dtype"])}</p>'
+                        f'{mark}</h3>{_metrics(out)}<p>{escape(verdict(out))}</p>'
+                        f'<p>shape {"×".join(map(str, out["shape"]))}, {escape(str(out.get("dtype", "")))}</p>'
                         f"{histogram_svg(out)}</div>")
         body += [f"<p>note: {escape(n)}</p>" for n in hop["notes"]]
     if report.get("blockers"):

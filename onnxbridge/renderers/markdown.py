@@ -1,15 +1,22 @@
-"""A Markdown summary for CI comments: status, the chain of hops, one table row per output, and per failed hop
+"""A Markdown summary for CI comments: status, the chain of hops, warm latency with its method, one table row per
+output (max abs, cosine, SNR dB, the failed check), per hop the tolerance rule that judged it, and per failed hop
 its first divergent node with the trace around it."""
 from __future__ import annotations
 
 from onnxbridge.renderers import chains, output_rows
-from onnxbridge.report import localization_summary, trace_window
+from onnxbridge.report import (budget_text, dynamic_axes_text, localization_summary, snr_cell, tolerance_text,
+                               trace_cells, trace_window)
 
 MARK = {"passed": "✅", "failed": "❌", "skipped": "⏭️", "blocked": "⛔"}
 
 
-def _cell(value) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+def _num(value, spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _text(text) -> str:
+    """Free text in a table cell or list item: pipes escaped, one line."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _code(name) -> str:
@@ -36,11 +43,8 @@ def localization_lines(hop: dict) -> list[str]:
             mark += " **← first divergent**"
         if t.get("error"):  # not comparable, or NaN/inf on one side, in words
             mark += " " + str(t["error"]).replace("|", "\\|").replace("<", "&lt;")
-        lines.append("| " + " | ".join([
-            str(t.get("index", at)), _code(t.get("node")), _code(t.get("output")),
-            "-" if t.get("max_abs") is None else _cell(float(t["max_abs"])),
-            "-" if t.get("max_rel") is None else _cell(float(t["max_rel"])),
-            "-" if t.get("cosine") is None else f"{t['cosine']:.6f}", mark]) + " |")
+        lines.append("| " + " | ".join([str(t.get("index", at)), _code(t.get("node")), _code(t.get("output")),
+                                        *trace_cells(t), mark]) + " |")
     return lines + [""]
 
 
@@ -56,24 +60,40 @@ def render(report: dict) -> str:
                 for run in chains(report["hops"])]
         lines.append(f"**Hops:** {'; '.join(runs)}  ")
     if report.get("latency_s"):
-        lines.append("**Latency:** " + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in report["latency_s"].items())
-                     + "  ")
+        method = next((h["latency_method"] for h in report["hops"] if h.get("latency_method")
+                       and any(v is not None for v in (h.get("latency_s") or {}).values())), None)
+        lines.append("**Latency:** " + ", ".join(f"{k} {v * 1e3:.3g} ms" for k, v in report["latency_s"].items()
+                                                 if v is not None)
+                     + (f" ({method})" if method else "") + "  ")
     if report.get("introduced_by"):
         lines.append(f"**Difference introduced by:** {report['introduced_by']}")
     lines.append("")
     if report["hops"]:
-        lines += ["| hop | output | shape | max abs | max rel | cosine | out of tol | needs atol | top-1 | |",
-                  "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+        lines += ["| hop | output | shape | max abs | max rel | cosine | SNR dB | out of tol | needs atol | top-1 | |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for hop, out in output_rows(report):
             numeric = out.get("kind") == "numeric"
+            why = out.get("error") or out.get("failed_check") or out.get("reason") or ""
             lines.append("| " + " | ".join([
-                f"{hop['from']} → {hop['to']}", f"`{out['name']}`", "×".join(map(str, out["shape"])),
-                _cell(out["max_abs"]) if numeric else "-", _cell(out["max_rel"]) if numeric else "-",
-                f"{out['cosine']:.6f}" if numeric else "-", f"{out.get('mismatch_fraction', 0):.2%}",
-                _cell(out["required_atol"]) if numeric else "-",
+                f"{hop['from']} → {hop['to']}", _code(out["name"]), "×".join(map(str, out["shape"])),
+                _num(out.get("max_abs")) if numeric else "-", _num(out.get("max_rel")) if numeric else "-",
+                _num(out.get("cosine"), ".6f") if numeric else "-", snr_cell(out) if numeric else "-",
+                f"{out.get('mismatch_fraction', 0):.2%}",
+                _num(out.get("required_atol")) if numeric else "-",
                 f"{out['top1_agreement']:.2%}" if "top1_agreement" in out else "-",
-                "✅" if out["passed"] else "❌ " + (out.get("error") or out.get("reason") or "")]) + " |")
+                "✅" if out["passed"] else "❌ " + _text(why)]) + " |")
+        lines.append("")
         for hop in report["hops"]:
+            rule = tolerance_text(hop)
+            if rule:
+                lines.append(f"- ⚖️ {hop['from']} → {hop['to']}: {_text(rule)}")
+            dyn = dynamic_axes_text(hop)
+            if dyn:
+                lines.append(f"- {'↔️' if (hop.get('dynamic_axes') or {}).get('exercised') else '⚠️'} "
+                             f"{hop['from']} → {hop['to']}: {_text(dyn)}")
+            for out in hop["outputs"]:
+                if not out["passed"] and budget_text(out):
+                    lines.append(f"- ❌ {hop['from']} → {hop['to']}: {_code(out['name'])} {_text(budget_text(out))}")
             lines += [f"- ❌ {hop['from']} → {hop['to']}: {e}" for e in hop["errors"]]
             if hop["status"] == "skipped":
                 lines.append(f"- ⏭️ {hop['from']} → {hop['to']}: skipped: {hop.get('skipped_reason', 'not run')}")

@@ -17,6 +17,7 @@ from tests.conftest import EXAMPLES, assert_one_line_error, check_report
 trt = pytest.importorskip("tensorrt_rtx")
 
 from onnxbridge.backends.tensorrt import artifact, flavours, preflight  # noqa: E402
+from onnxbridge.errors import ValidationSkipped  # noqa: E402
 
 FACTORY = f"{EXAMPLES}:cnn"
 RNG = np.random.default_rng(0)
@@ -32,6 +33,7 @@ def _gpu_here() -> bool:
 
 
 NO_GPU = not _gpu_here()
+EXIT_VALIDATED = 5 if NO_GPU else 0  # a convert that validates exits 5 without a GPU: its TensorRT hop is skipped
 
 
 def conv_onnx(path: Path, *, extra=(), opset: int = 18, extra_opsets=()) -> Path:
@@ -90,7 +92,11 @@ def test_cnn_with_dynamic_batch_builds_an_engine_with_a_profile(cnn_build):
     assert b["inputs"][0]["shape"] == [-1, 3, 32, 32] and b["build_s"] > 0 and b["opset"] == 20
     assert report["artifact"]["format"] == "tensorrt"
     _assert_tensorrt_hop(report)
-    assert result.passed  # skipped counts as not failed, but is never reported as passed
+    assert result.passed is not NO_GPU  # a skipped hop (no GPU) is never a pass
+    if NO_GPU:
+        with pytest.raises(ValidationSkipped, match="onnx -> tensorrt skipped: no CUDA device"):
+            result.raise_for_status()
+        assert result.raise_for_status(allow_skipped=True) is result
 
 
 def test_transformer_block_builds_with_two_dynamic_axes(tmp_path, models):
@@ -146,7 +152,7 @@ def test_precision_lives_in_the_graph(cli, tmp_path, precision):
         np.savez(tmp_path / "cal.npz", x=RNG.standard_normal((3, 2, 3, 8, 8)).astype(np.float32))
         args += ["--calibration", tmp_path / "cal.npz"]
     res = cli(*args)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == EXIT_VALIDATED, res.output
     b = _backend(check_report(tmp_path / "r.json"))
     assert b["precision"] == precision
     if precision == "fp16":
@@ -278,12 +284,12 @@ def test_shapes_workspace_and_timing_cache(cli, tmp_path):
     cache = tmp_path / "timing.cache"
     args = ["convert", src, "--to", "tensorrt", "-o", tmp_path / "m.engine", "--shapes", "x:1x3x8x8/4x3x8x8/16x3x8x8",
             "--workspace", "64", "--timing-cache", cache, "--report", tmp_path / "r.json"]
-    assert cli(*args).exit_code == 0
+    assert cli(*args).exit_code == EXIT_VALIDATED
     b = _backend(check_report(tmp_path / "r.json"))
     assert b["profiles"]["x"] == {"min": [1, 3, 8, 8], "opt": [4, 3, 8, 8], "max": [16, 3, 8, 8], "origin": "--shapes"}
     assert b["workspace_mb"] == 64
     assert b["timing_cache"]["saved"] and not b["timing_cache"]["loaded"] and cache.stat().st_size > 0
-    assert cli(*args).exit_code == 0  # second build: the saved cache is read back
+    assert cli(*args).exit_code == EXIT_VALIDATED  # second build: the saved cache is read back
     report = check_report(tmp_path / "r.json")
     assert _backend(report)["timing_cache"]["loaded"] and _backend(report)["timing_cache"]["bytes_in"] > 0
     if not _backend(report)["timing_cache"]["effective"]:  # TensorRT-RTX: cache calls are no-ops, and we say so
@@ -310,7 +316,7 @@ def test_preflight_adapts_to_the_opset_ceiling(cli, tmp_path, monkeypatch, nativ
     monkeypatch.setitem(flavours.OPSET_CEILING, "11", 16)
     src = conv_onnx(tmp_path / "m.onnx", opset=18)
     res = cli("convert", src, "--to", "tensorrt", "-o", tmp_path / "m.engine", "--report", tmp_path / "r.json")
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == EXIT_VALIDATED, res.output
     b = _backend(check_report(tmp_path / "r.json"))
     assert b["preflight"]["opset_in"] == 18 and b["opset"] == 16
 

@@ -53,9 +53,11 @@ def bad_from(first: int, also: tuple[int, ...] = (), sample: int | None = None):
 
 @pytest.mark.parametrize("first", [0, 1, 613, 998, 999])
 def test_finds_the_first_bad_checkpoint_in_log_steps(first):
+    """Bisection (what runs when an ordered scan would take more than ``scan_runs`` runs)."""
     n = 1000
     ref, cand = ArrayProbe(good), ArrayProbe(bad_from(first))
-    out = localize(ref, cand, chain(n), samples(2), FP32, method="arrays")
+    out = localize(ref, cand, chain(n), samples(2), FP32, method="arrays", scan_runs=0)
+    assert "bisection" in out["method"] and "can be missed" in out["method"]
     assert out["first_divergent"]["node"] == f"node{first}"
     assert out["first_divergent"]["inputs_ok"] is True
     assert out["runs"] <= 2 + math.ceil(math.log(n, 4))
@@ -66,13 +68,30 @@ def test_finds_the_first_bad_checkpoint_in_log_steps(first):
     assert {t["output"] for t in out["trace"] if not t["passed"]} >= {f"t{first}"}
 
 
-def test_an_input_out_of_tolerance_sends_the_search_earlier():
+@pytest.mark.parametrize("first", [0, 1, 613, 999])
+def test_the_ordered_scan_compares_everything_before_the_answer_in_few_runs(first):
+    n = 1000
+    ref, cand = ArrayProbe(good), ArrayProbe(bad_from(first))
+    out = localize(ref, cand, chain(n), samples(2), FP32, method="arrays")
+    assert out["first_divergent"]["node"] == f"node{first}" and out["first_divergent"]["inputs_ok"] is True
+    assert "every checkpoint up to the first divergent compared" in out["method"]
+    # a first run learns the sizes (the array probes estimate none), the next holds all that fits the budget
+    assert out["runs"] <= 2 and cand.runs == out["runs"] * 2
+    seen = {name for names in cand.asked for name in names}
+    assert {f"t{i}" for i in range(first + 1)} <= seen and out["compared"] >= first + 1
+    idx = [t["index"] for t in out["trace"]]
+    assert idx == sorted(idx) and len(out["trace"]) <= 60 and first in idx
+
+
+@pytest.mark.parametrize("scan_runs", [0, 16])
+def test_an_input_out_of_tolerance_sends_the_search_earlier(scan_runs):
     """The error appears at 300, hides, and is visible again from 700 on, where node 700 reads t300."""
     ref, cand = ArrayProbe(good), ArrayProbe(bad_from(700, also=(300,)))
-    out = localize(ref, cand, chain(1000, skip={700: 300}), samples(1), FP32, method="arrays")
+    out = localize(ref, cand, chain(1000, skip={700: 300}), samples(1), FP32, method="arrays", scan_runs=scan_runs)
     assert out["first_divergent"]["node"] == "node300"
     assert out["first_divergent"]["inputs_ok"] is True
-    assert any(t["output"] == "t700" and not t["passed"] for t in out["trace"])
+    if scan_runs == 0:  # the bisection saw 700 first and walked back through its inputs
+        assert any(t["output"] == "t700" and not t["passed"] for t in out["trace"])
 
 
 def test_a_divergence_on_one_sample_counts():

@@ -35,13 +35,13 @@ def test_torch_fp16_convert_names_the_module_that_overflows(tmp_path):
     model, sample = hot_chain()
     res = onnxbridge.convert(model, sample, output=tmp_path / "m.onnx", precision="fp16", localize=True,
                              report=tmp_path / "r.json")
-    hop = check_report(tmp_path / "r.json")["hops"][0]
-    assert hop["status"] == "failed"
+    export, hop = check_report(tmp_path / "r.json")["hops"]
+    # the export itself checks out in fp32; the fp16 model's own hop fails where block 7's Mul leaves fp16's range
+    assert export["status"] == "passed" and hop["status"] == "failed" and hop["to"].endswith(":fp16")
     loc = hop["localization"]
-    assert loc["first_divergent"]["source"] == "blocks.7" and loc["first_divergent"]["inputs_ok"], loc
-    assert loc["runs"] <= 6 and "forward hooks" in loc["method"] or "torch" in loc["method"], loc
+    assert "mul_7" in loc["first_divergent"]["node"] and loc["first_divergent"]["inputs_ok"], loc
     assert "localize_s" in res.report["timings"]
-    assert "blocks.7" in onnxbridge.report.failure_summary(res.report)
+    assert "mul_7" in onnxbridge.report.failure_summary(res.report)
 
 
 def test_convert_does_not_localize_unless_asked_and_on_covers_passing_hops(tmp_path):
@@ -126,6 +126,6 @@ def test_the_example_names_every_planted_node(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "localize.py"), str(tmp_path)], capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "torch module blocks.7" in out.stdout and "mul_7" in out.stdout and "node_linear_4" in out.stdout
+    assert "ONNX -> ONNX fp16: failed" in out.stdout and "mul_7" in out.stdout and "node_linear_4" in out.stdout
     for report in tmp_path.glob("*.json"):
         check_report(report)

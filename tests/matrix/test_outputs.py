@@ -59,7 +59,7 @@ def test_write_outputs_json_round_trips(matrix, tmp_path):
     assert set(paths) == {"json", "junit", "markdown", "html"}
     loaded = json.loads((tmp_path / "matrix.json").read_text())
     assert loaded == matrix
-    assert next(iter(loaded)) == "schema_version" and loaded["schema_version"] == "1.0"
+    assert next(iter(loaded)) == "schema_version" and loaded["schema_version"] == "1.1"
     # without a schema_version the written file still carries one, first; the caller's dict is left alone
     bare = {k: v for k, v in matrix.items() if k != "schema_version"}
     write_outputs(bare, tmp_path)
