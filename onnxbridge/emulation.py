@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from onnxbridge.precision import FP16_MAX
+
 if TYPE_CHECKING:
     import onnx
 
@@ -46,7 +48,8 @@ def of_fp16_file(model: "onnx.ModelProto") -> "onnx.ModelProto":
 
 def of_fp32_graph(model: "onnx.ModelProto") -> "onnx.ModelProto":
     """``model`` (fp32) as an fp16 program would store it: inputs, weights and every float value rounded to fp16
-    (those an op takes only in fp32, e.g. Resize scales, left as they are; control-flow bodies unrounded)."""
+    (weights and constants clamped to ±65504 first, as ``precision.to_fp16`` does; those an op takes only in fp32,
+    e.g. Resize scales, left as they are; control-flow bodies unrounded)."""
     return rounded(model, F32)
 
 
@@ -54,20 +57,20 @@ def rounded(model: "onnx.ModelProto", kind: int) -> "onnx.ModelProto":
     """A copy of ``model`` with every value of element type ``kind`` (fp32 or fp16) rounded to fp16 where it is
     made, held in fp32 from there on. Weights stay where they are (external data is referenced, not read): the
     Casts after them are folded by onnxruntime when the session is made."""
+    import numpy as np
     import onnx
-    from onnx import helper
-
-    from onnxbridge.fp16eval import _value_types
-    from onnxbridge.precision import _fp32_only_inputs
+    from onnx import helper, numpy_helper
 
     from onnxbridge.adapters import default_opset
+    from onnxbridge.fp16eval import _value_types
+    from onnxbridge.precision import _fp32_only_inputs
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
     g = out.graph
     if kind == F16 and any(n.op_type in CONTROL_FLOW for n in g.node) and _fp16_in_bodies(g):
         raise CannotEmulate("fp16 values inside If/Loop/Scan bodies")
-    types = _value_types(_skeleton(out))
+    types = _value_types(out)
     keep = _fp32_only_inputs(g, default_opset(out)) if kind == F32 else set()
     graph_outputs = {o.name: o for o in g.output}
     fresh = _namer(g)
@@ -75,20 +78,33 @@ def rounded(model: "onnx.ModelProto", kind: int) -> "onnx.ModelProto":
     renamed: dict[str, str] = {}  # value -> the name consumers read instead
     head: list = []
 
-    def round_pair(src: str, dst: str, name: str) -> list:
+    bounds: list[str] = []  # the names of ±FP16_MAX, made on first use
+
+    def round_pair(src: str, dst: str, name: str, clamp: bool = False) -> list:
+        """Cast to fp16 and back; ``clamp``: constants clamped to fp16's range first, as ``precision.to_fp16``
+        stores them (a -FLT_MAX mask stays -65504, not -inf)."""
         mid = fresh(f"{dst}__fp16")
-        return [helper.make_node("Cast", [src], [mid], to=F16, name=fresh(f"{name}__round")),
-                helper.make_node("Cast", [mid], [dst], to=F32, name=fresh(f"{name}__widen"))]
+        nodes = []
+        if clamp:
+            if not bounds:
+                bounds.extend([fresh("fp16_lowest"), fresh("fp16_max")])
+                g.initializer.extend([numpy_helper.from_array(np.array(-FP16_MAX, np.float32), bounds[0]),
+                                      numpy_helper.from_array(np.array(FP16_MAX, np.float32), bounds[1])])
+            clamped = fresh(f"{dst}__clamped")
+            nodes.append(helper.make_node("Clip", [src, *bounds], [clamped], name=fresh(f"{name}__clamp")))
+            src = clamped
+        return nodes + [helper.make_node("Cast", [src], [mid], to=F16, name=fresh(f"{name}__round")),
+                        helper.make_node("Cast", [mid], [dst], to=F32, name=fresh(f"{name}__widen"))]
 
     # weights: renamed, and the old name made by a Cast pair (fp32: rounded) or a Cast (fp16: widened)
-    for t in g.initializer:
+    for t in list(g.initializer):  # a snapshot: the clamp bounds are added on the way
         if t.data_type != kind or t.name in keep:
             continue
         stored = fresh(f"{t.name}__stored")
         old = t.name
         t.name = stored
         if kind == F32:
-            head += round_pair(stored, old, old)
+            head += round_pair(stored, old, old, clamp=True)
         else:
             head.append(helper.make_node("Cast", [stored], [old], to=F32, name=fresh(f"{old}__widen")))
         exact.add(old)
@@ -119,7 +135,7 @@ def rounded(model: "onnx.ModelProto", kind: int) -> "onnx.ModelProto":
                           helper.make_node("Cast", [o], [wide], to=F32, name=fresh(f"{o}__widen"))]
                 renamed[o] = wide
             else:
-                after += round_pair(raw, o, node.name or o)
+                after += round_pair(raw, o, node.name or o, clamp=kind == F32 and node.op_type == "Constant")
             exact.add(o)
         body.append(node)
         body += after
@@ -138,35 +154,14 @@ def rounded(model: "onnx.ModelProto", kind: int) -> "onnx.ModelProto":
     return out
 
 
-def _skeleton(model: "onnx.ModelProto") -> "onnx.ModelProto":
-    """``model`` without weight data, for shape inference (cheap on large models)."""
+def _fp16_in_bodies(graph: "onnx.GraphProto") -> bool:
+    """Whether an If/Loop/Scan body (at any depth) holds or makes fp16 values."""
     import onnx
 
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for t in light.graph.initializer:
-        if t.ByteSize() > 4096:
-            dims, dtype, name = list(t.dims), t.data_type, t.name
-            t.Clear()
-            t.name, t.data_type = name, dtype
-            t.dims.extend(dims)
-            t.data_location = onnx.TensorProto.EXTERNAL
-            entry = t.external_data.add()
-            entry.key, entry.value = "location", "__absent__"
-    return light
+    from onnxbridge.fileio import graphs
+    from onnxbridge.fp16eval import computes_in_fp16
 
-
-def _fp16_in_bodies(graph: "onnx.GraphProto") -> bool:
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                from onnxbridge.fp16eval import computes_in_fp16
-                import onnx
-
-                probe = onnx.helper.make_model(sub)
-                if computes_in_fp16(probe) or _fp16_in_bodies(sub):
-                    return True
-    return False
+    return any(computes_in_fp16(onnx.helper.make_model(body)) for body in graphs(graph) if body is not graph)
 
 
 def _pad_mode(node: "onnx.NodeProto") -> str:

@@ -218,11 +218,14 @@ def trace_window(loc: dict, around: int = 3) -> tuple[list[tuple[int, dict]], in
 
 
 def warnings_of(report: dict) -> list[str]:
-    """What ``--fail-on warning`` fails on: exporter warnings, samples a hop skipped, outputs with
-    non-finite values on either side, and top-1 disagreements that stayed within tolerance."""
+    """What ``--fail-on warning`` fails on: exporter warnings, hop notes (samples a hop skipped...), hops skipped,
+    outputs with non-finite values on either side, and top-1 disagreements that stayed within tolerance."""
     found = list(report["warnings"])
     for hop in report["hops"]:
         found += [f"{hop['from']} -> {hop['to']}: {n}" for n in hop["notes"]]
+        if hop.get("status") == "skipped" and hop.get("skipped_reason") and \
+                f"skipped: {hop['skipped_reason']}" not in hop["notes"]:
+            found.append(f"{hop['from']} -> {hop['to']} skipped: {hop['skipped_reason']}")
         for out in hop["outputs"]:
             if out.get("nonfinite_reference") or out.get("nonfinite_output"):
                 found.append(f"{hop['from']} -> {hop['to']}: {out['name']} has NaN/Inf values")
@@ -351,7 +354,10 @@ def render(report: dict, console) -> None:
                 table.add_column(col, justify="right" if col not in ("output", "") else "left")
             for o in hop["outputs"]:
                 mark = "[green]ok[/]" if o["passed"] else "[red]FAIL[/]"
-                if o.get("kind") == "numeric":
+                if o.get("kind") == "numeric" and nonfinite_text(o):  # finite-only figures would read as agreement
+                    table.add_row(escape(o["name"]), "x".join(map(str, o["shape"])), nonfinite_text(o), "-", "-", "-",
+                                  _fmt(o.get("mismatch_fraction"), ".2%"), "-", mark)
+                elif o.get("kind") == "numeric":
                     table.add_row(escape(o["name"]), "x".join(map(str, o["shape"])), _fmt(o.get("max_abs"), ".2e"),
                                   _fmt(o.get("max_rel"), ".2e"), _fmt(o.get("cosine"), ".6f"), snr_cell(o),
                                   _fmt(o.get("mismatch_fraction"), ".2%"), _fmt(o.get("required_atol"), ".2e"), mark)

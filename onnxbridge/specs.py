@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -273,7 +273,7 @@ def vary_dynamic(sample: Sample, dynamic: Sequence[DynamicAxis], size: Callable[
 GROWTH_STEPS = 4  # second sizes an axis of size n may take besides n + 1: n + q, n + 2q, n + 4q, n + 8q
 GROWTH_TRIES = 4  # grown samples tried on the source before the dynamic axes count as not exercised
 INFER_MAX_NODES = 20000  # above this (main-graph nodes) no shape inference: the default sizes
-INFER_MAX_SECONDS = 5.0  # one inference slower than this: the default sizes
+INFER_MAX_SECONDS = 5.0  # inference at all the sizes taking longer: the default sizes
 
 
 def growth_sizes(n: int) -> list[int]:
@@ -286,12 +286,13 @@ def growth_sizes(n: int) -> list[int]:
 
 @dataclass
 class Growth:
-    """The grown samples to try for the dynamic axes, best first (``full``: each changes every shape that shape
-    inference derives from the axes, or nothing told which do), and how they were chosen."""
+    """The second sizes to try for the dynamic axes, best first: ``candidates`` (grown), then ``smaller`` (for a
+    source that runs at no larger size, e.g. a sample already at its position table's length); and how they were
+    chosen."""
 
     candidates: list[Sample]
-    full: bool
     reason: str
+    smaller: list[Sample] = field(default_factory=list)
 
 
 def _sizes_text(sample: Sample, dynamic: Sequence[DynamicAxis]) -> str:
@@ -299,44 +300,71 @@ def _sizes_text(sample: Sample, dynamic: Sequence[DynamicAxis]) -> str:
                      if any(d.name == n for d in dynamic))
 
 
+def _resized(first: Sample, dynamic: Sequence[DynamicAxis], sizes: Sequence[Callable[[int], int]],
+             besides: Sequence[Sample] = ()) -> list[Sample]:
+    """``first`` with every dynamic axis at each of ``sizes`` (n -> new size; n where none fits), no shape twice."""
+    out: list[Sample] = []
+    for size in sizes:
+        s = vary_dynamic(first, dynamic, lambda d, n, size=size: size(n))
+        if s is not None and all(s.shapes() != o.shapes() for o in (*besides, *out)):
+            s.origin = f"{first.origin}, dynamic axes at {_sizes_text(s, dynamic)}"
+            out.append(s)
+    return out
+
+
+def _step(n: int) -> int:
+    return min(n & -n, 16) if n > 0 else 1
+
+
 def grow(first: Sample, dynamic: Sequence[DynamicAxis], model_path: "str | Path | None" = None) -> Growth:
     """The second sizes for the dynamic axes of ``first`` (several axes grow together, one step at a time).
 
     With ``model_path`` (the ONNX model) shape inference (with data propagation) runs at the first size and at
-    each candidate (n + 1, then ``growth_sizes``): the values whose inferred shapes differ between them derive from
-    the axes, and the candidates that change every one of them come first, smallest first (65 leaves the 16x16
-    patch grid of a 64x64 image as it was; 80 does not). Without inference (no model, too big, or it fails) the
-    candidates are ``growth_sizes``; where nothing but the inputs derives from the axes, n + 1 comes first."""
-    growth: list[Sample] = []
-    for k in range(GROWTH_STEPS):
-        s = vary_dynamic(first, dynamic, lambda d, n, k=k: growth_sizes(n)[k])
-        if s is not None and all(s.shapes() != g.shapes() for g in growth):
-            growth.append(s)
-    one = vary_dynamic(first, dynamic)
-    grown = ([one] if one is not None and all(one.shapes() != g.shapes() for g in growth) else []) + growth
+    each candidate (n + 1, then ``growth_sizes``; smaller: n - 1, n - q): the values whose inferred shapes differ
+    between them derive from the axes, and only candidates that change every one of them are kept, smallest change
+    first (65 leaves the 4x4 grid of 16x16 patches of a 64x64 image as it was; 80 does not). Without inference (no
+    model, too big, or it fails) the candidates are ``growth_sizes`` (then n - q, n - 1); where nothing but the
+    inputs derives from the axes, n + 1 comes first."""
+    growth = _resized(first, dynamic, [lambda n, k=k: growth_sizes(n)[k] for k in range(GROWTH_STEPS)])
+    grown = _resized(first, dynamic, [lambda n: n + 1], growth) + growth
+    smaller = _resized(first, dynamic, [lambda n: n - _step(n) if n > _step(n) else n,
+                                        lambda n: n - 1 if n > 1 else n], grown)
     if not grown:
-        return Growth([], False, "no second size applies to the sample")
-    for s in grown:
-        s.origin = f"{first.origin}, dynamic axes at {_sizes_text(s, dynamic)}"
-    shapes, why = _infer_all(model_path, [first, *grown]) if model_path is not None else (None, "no ONNX model")
+        return Growth([], "no second size applies to the sample")
+    shapes, why = _infer_all(model_path, [first, *grown, *smaller]) if model_path is not None else \
+        (None, "no ONNX model")
     if shapes is None:
-        return Growth(growth or grown, True,
-                      f"sizes that keep the axes' power-of-two divisibility (no shape inference: {why})")
-    base, rest = shapes[0], shapes[1:]
-    derived = {v for v in set(base).union(*rest) if any(r.get(v) != base.get(v) for r in rest)}
-    if not derived - set(first.feeds):
-        return Growth(grown, True, "shape inference derives no shape from the axes but the inputs'")
-    same = [sum(r.get(v) == base.get(v) for v in derived) for r in rest]
+        return Growth(growth or grown, f"sizes that keep the axes' power-of-two divisibility (no shape inference: "
+                                       f"{why})", smaller)
+    base = shapes[0]
+    up = _ranked(base, shapes[1:len(grown) + 1], list(first.feeds))
+    down = _ranked(base, shapes[len(grown) + 1:], list(first.feeds))
+    if up is None:
+        return Growth(grown, "shape inference derives no shape from the axes but the inputs'", smaller)
+    derived, same = up
     full = [i for i, n in enumerate(same) if n == 0]
+    if down is not None:
+        smaller = [smaller[i] for i, n in enumerate(down[1]) if n == 0]
     if full:
         left = [f"{_sizes_text(grown[i], dynamic)} leaves {same[i]} unchanged" for i in range(full[0])]
-        return Growth([grown[i] for i in full], True,
-                      f"shape inference: {len(derived)} value shape(s) derive from the axes and "
-                      f"{_sizes_text(grown[full[0]], dynamic)} changes them all" + (f" ({'; '.join(left)})" if left else ""))
+        return Growth([grown[i] for i in full],
+                      f"shape inference: {derived} value shape(s) derive from the axes and "
+                      f"{_sizes_text(grown[full[0]], dynamic)} changes them all"
+                      + (f" ({'; '.join(left)})" if left else ""), smaller)
     ranked = sorted(range(len(grown)), key=lambda i: (same[i], i))
-    return Growth([grown[i] for i in ranked], False,
-                  f"shape inference: no size tried changes all {len(derived)} value shape(s) derived from the axes "
-                  f"({'; '.join(f'{_sizes_text(grown[i], dynamic)} leaves {same[i]} unchanged' for i in ranked)})")
+    return Growth([grown[i] for i in ranked],
+                  f"shape inference: no larger size tried changes all {derived} value shape(s) derived from the axes "
+                  f"({'; '.join(f'{_sizes_text(grown[i], dynamic)} leaves {same[i]} unchanged' for i in ranked)})",
+                  smaller)
+
+
+def _ranked(base: dict, rest: Sequence[dict], inputs: Sequence[str]) -> tuple[int, list[int]] | None:
+    """How many values' shapes differ from ``base`` in some of ``rest`` (derive from the axes), and per entry of
+    ``rest`` how many of those it leaves unchanged; None when only the ``inputs``' shapes change."""
+    derived = {v for v in set(base).union(*rest) if any(r.get(v) != base.get(v) for r in rest)}
+    if not derived - set(inputs):
+        return None
+    return len(derived), [sum(r.get(v) == base.get(v) for v in derived) for r in rest]
 
 
 def _infer_all(model_path: "str | Path", samples: Sequence[Sample]) -> tuple[list[dict] | None, str]:
@@ -359,7 +387,7 @@ def _infer_all(model_path: "str | Path", samples: Sequence[Sample]) -> tuple[lis
     for out in model.graph.output:  # shapes the export wrote for the first size would clash at the others
         if out.type.HasField("tensor_type"):
             out.type.tensor_type.ClearField("shape")
-    found = []
+    found, start = [], time.perf_counter()
     for i, sample in enumerate(samples):
         shapes = sample.shapes()
         for inp in model.graph.input:
@@ -368,7 +396,6 @@ def _infer_all(model_path: "str | Path", samples: Sequence[Sample]) -> tuple[lis
                 tensor.ClearField("shape")
                 for size in shapes[inp.name]:
                     tensor.shape.dim.add().dim_value = size
-        t = time.perf_counter()
         try:
             inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
         except Exception as exc:  # noqa: BLE001 - inference refusing a size tells that the shapes change there
@@ -376,7 +403,7 @@ def _infer_all(model_path: "str | Path", samples: Sequence[Sample]) -> tuple[lis
                 return None, f"it fails at the first size ({type(exc).__name__})"
             found.append({})
             continue
-        if i == 0 and time.perf_counter() - t > INFER_MAX_SECONDS:
+        if time.perf_counter() - start > INFER_MAX_SECONDS:
             return None, f"it took over {INFER_MAX_SECONDS:g} s"
         graph = inferred.graph
         found.append({v.name: _shape_of(v) for v in (*graph.input, *graph.value_info, *graph.output)})

@@ -36,6 +36,7 @@ class Tolerance:
     reason: str | None = None  # why this rule applies to this hop
     rule: str = "fp32"
     user: bool = False  # a default --atol/--rtol was given: every output is judged by it as given
+    factor: float = FP16_FACTOR  # fp16-emulation: how many times the emulation's error the candidate may err
 
     @classmethod
     def for_precision(cls, precision: str = "fp32", atol: Any = None, rtol: Any = None) -> "Tolerance":
@@ -52,10 +53,11 @@ class Tolerance:
         return cls(a if a_default is None else a_default, r if r_default is None else r_default, precision, per,
                    rule="user" if user else "fp32" if precision == "fp32" else "fixed", user=user)
 
-    def for_hop(self, computes: str, dst: str, emulated: bool) -> "Tolerance":
+    def for_hop(self, computes: str, dst: str, emulated: bool, factor: float | None = None) -> "Tolerance":
         """This tolerance as it applies to a hop whose candidate (``dst``) computes in ``computes``: an fp32 hop
         keeps fp32 tolerances whatever the final target; a reduced-precision one is judged against an fp16
-        emulation where there is a graph to emulate (``emulated``)."""
+        emulation where there is a graph to emulate (``emulated``), within ``factor`` (the candidate's declared
+        ``emulation_factor``; default ``FP16_FACTOR``) times its error."""
         computes = computes if computes in TOLERANCES else "fp32"
         if self.user:
             return replace(self, precision=computes, reason="--atol/--rtol given: applied as given, elementwise")
@@ -67,9 +69,11 @@ class Tolerance:
                                            f"top-1 agreement >= {INT8_MIN_TOP1:.0%} for classifier outputs")
         elif emulated:
             rule, why = "fp16-emulation", f"{dst} computes in fp16; the emulation is of the reference graph"
+            if factor is not None and factor != FP16_FACTOR:
+                why += f"; {dst} declares fp16 kernels that may err {factor:g}x fp16 rounding alone"
         else:
             rule, why = "fixed", f"{dst} computes in fp16 and there is no fp32 ONNX graph to emulate"
-        return Tolerance(a, r, computes, self.per_output, why, rule)
+        return Tolerance(a, r, computes, self.per_output, why, rule, factor=factor or FP16_FACTOR)
 
     def for_output(self, name: str) -> tuple[float, float]:
         for n, a, r in self.per_output:
@@ -86,7 +90,7 @@ class Tolerance:
         if self.reason:
             out["reason"] = self.reason
         if self.rule == "fp16-emulation":
-            out.update(factor=FP16_FACTOR, floor=FP16_FLOOR)
+            out.update(factor=self.factor, floor=FP16_FLOOR)
         if self.per_output:
             out["per_output"] = {n: {k: v for k, v in (("atol", a), ("rtol", r)) if v is not None}
                                  for n, a, r in self.per_output}
@@ -106,7 +110,7 @@ def judge(name: str, ref: Any, got: Any, tol: Tolerance, emulated: Any = None) -
     if rule == "fp16-emulation" and emulated is not None:
         e = compare(ref, emulated, atol=atol, rtol=rtol, scaled=True)
         if e.get("kind") == "numeric":
-            return _against_emulation(m, e)
+            return _against_emulation(m, e, tol.factor)
         rule = "fixed"
     if rule == "int8-agreement":
         return _agreement(m)
@@ -123,13 +127,13 @@ def _finite_mismatch(m: dict) -> str | None:
     return m.get("reason") or (f"{m['nan_mismatch']} NaN value(s) on one side only" if m.get("nan_mismatch") else None)
 
 
-def _against_emulation(m: dict, e: dict) -> dict:
-    """The fp16-emulation rule: max abs and relative RMS error within ``FP16_FACTOR`` times the emulation's (at
-    least ``FP16_FLOOR`` of the output's scale), NaN/inf where the reference has them."""
+def _against_emulation(m: dict, e: dict, factor: float = FP16_FACTOR) -> dict:
+    """The fp16-emulation rule: max abs and relative RMS error within ``factor`` times the emulation's (at least
+    ``FP16_FLOOR`` of the output's scale), NaN/inf where the reference has them."""
     scale = m["scale"]
     emu_rel = e["rel_rms"] if e["rel_rms"] is not None else 0.0
-    b_max = FP16_FACTOR * max(e["max_abs"], FP16_FLOOR * scale)
-    b_rel = FP16_FACTOR * max(emu_rel, FP16_FLOOR)
+    b_max = factor * max(e["max_abs"], FP16_FLOOR * scale)
+    b_rel = factor * max(emu_rel, FP16_FLOOR)
     m["budget"] = {"rule": "fp16-emulation", "max_abs": b_max, "rel_rms": b_rel,
                    "emulation": {k: e.get(k) for k in ("max_abs", "rel_rms", "snr_db", "cosine")}}
     checks = []
@@ -141,12 +145,12 @@ def _against_emulation(m: dict, e: dict) -> dict:
             _finite_mismatch(e) or ("without a reference signal to measure against" if e["rel_rms"] is None else
                                     f"rel rms {emu_rel:.2g} (SNR {e['snr_db']:.1f} dB)")))
     if m["max_abs"] > b_max:
-        checks.append(f"max abs {m['max_abs']:.2g} > budget {b_max:.2g} ({FP16_FACTOR:g}x the emulation's "
+        checks.append(f"max abs {m['max_abs']:.2g} > budget {b_max:.2g} ({factor:g}x the emulation's "
                       f"{e['max_abs']:.2g})")
     rel = m["rel_rms"]
     if rel is None or rel > b_rel:
         checks.append("no reference signal to measure the error against" if rel is None else
-                      f"rel rms {rel:.2g} > budget {b_rel:.2g} ({FP16_FACTOR:g}x the emulation's {emu_rel:.2g})")
+                      f"rel rms {rel:.2g} > budget {b_rel:.2g} ({factor:g}x the emulation's {emu_rel:.2g})")
     m["passed"] = not checks
     if checks:
         m["failed_check"] = "; ".join(checks)
@@ -324,7 +328,8 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
     """
     samples, fitted = fit_runner(candidate, samples)
     computes = _lowest(getattr(candidate, "compute_precision", None), computes)
-    given, tol = tol, tol.for_hop(computes, dst, emulated=emulation is not None)
+    factor = getattr(candidate, "emulation_factor", None)
+    given, tol = tol, tol.for_hop(computes, dst, emulated=emulation is not None, factor=factor)
     emulator = emulation() if tol.rule == "fp16-emulation" else None
     if tol.rule == "fp16-emulation" and emulator is None:  # the reference graph is not fp32: nothing to emulate
         tol = given.for_hop(computes, dst, emulated=False)
@@ -432,7 +437,7 @@ VS_SOURCE_KEYS = ("passed", "shape", "max_abs", "max_rel", "cosine", "snr_db", "
 def skipped_hop(src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, reason: str) -> dict:
     """The record of a hop that could not run here (no GPU, no simulator): status skipped, never passed."""
     return {"from": src, "to": dst, "status": "skipped", "passed": False, "samples": 0,
-            "sample_shapes": [s.shapes() for s in samples], "tolerance": tol.as_dict(), "outputs": [],
+            "sample_shapes": [s.shapes() for s in samples], "tolerance": _would_be(tol, dst), "outputs": [],
             "errors": [], "notes": [f"skipped: {reason}"], "skipped_reason": reason, "latency_s": {},
             "artifact_checked": "not run"}
 
@@ -440,5 +445,10 @@ def skipped_hop(src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, r
 def failed_hop(src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, error: str) -> dict:
     """The record of a hop that failed before any comparison (e.g. the artifact is not the graph it claims)."""
     return {"from": src, "to": dst, "status": "failed", "passed": False, "samples": 0,
-            "sample_shapes": [s.shapes() for s in samples], "tolerance": tol.as_dict(), "outputs": [],
+            "sample_shapes": [s.shapes() for s in samples], "tolerance": _would_be(tol, dst), "outputs": [],
             "errors": [error], "notes": [], "latency_s": {}, "artifact_checked": "structure"}
+
+
+def _would_be(tol: Tolerance, dst: str) -> dict:
+    """The tolerance a hop that compared nothing would have been judged by, for its record."""
+    return tol.for_hop(tol.precision, dst, emulated=tol.precision == "fp16").as_dict()

@@ -32,7 +32,7 @@ from onnxbridge import errors
 from onnxbridge.errors import NativeCrash, OnnxBridgeError
 
 # attributes of a runner object the parent may read (see ``RemoteRunner``)
-RUNNER_ATTRIBUTES = ("compute_precision", "static_shapes", "hop_name", "what_ran", "artifact_checked",
+RUNNER_ATTRIBUTES = ("compute_precision", "emulation_factor", "static_shapes", "hop_name", "what_ran", "artifact_checked",
                      "artifact_check", "input_specs", "output_names", "fp16")
 
 
@@ -43,7 +43,8 @@ class RunnerSpec:
 
     The object the factory returns is called with a name -> array mapping and returns the outputs in order; it
     may raise ``HopSkipped`` (from the factory or a call) when it cannot run here. Optional attributes, read by
-    the parent once: ``compute_precision`` ("fp16": held to the fp16 tolerance), ``static_shapes`` (name -> dims:
+    the parent once: ``compute_precision`` ("fp16": judged against an fp16 emulation), ``emulation_factor`` (how many
+    times the emulation's error its fp16 arithmetic may err, default ``validation.FP16_FACTOR``), ``static_shapes`` (name -> dims:
     the only shapes it takes), ``hop_name`` (the hop's ``to``, default the backend's name), ``what_ran`` (one line:
     what produced the numbers), ``artifact_checked`` ("executed" or "structure") and ``artifact_check`` (a dict of
     facts), ``input_specs`` / ``output_names``. After each call, ``last_notes`` (a list of lines) says what

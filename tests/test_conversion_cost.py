@@ -90,7 +90,23 @@ def test_chunked_metrics_equal_the_float64_formula(case, chunk, monkeypatch):
                 assert math.isclose(new[key], value, rel_tol=1e-12, abs_tol=1e-15), (key, new[key], value)
             else:
                 assert new[key] == value, (key, new[key], value)
-        assert set(new) - set(want) == {"shape", "reference_shape", "dtype", "reference_dtype", "kind"}
+        assert set(new) - set(want) == {"shape", "reference_shape", "dtype", "reference_dtype", "kind", "scale",
+                                        "rel_rms", "snr_db", "atol", "rtol"}
+        _check_power_metrics(ref, got, new)
+
+
+def _check_power_metrics(ref, got, new) -> None:
+    """scale, rel_rms and SNR from the chunks equal the float64 formulas over the values finite on both sides."""
+    r, g = np.asarray(ref, np.float64).reshape(-1), np.asarray(got, np.float64).reshape(-1)
+    both = np.isfinite(r) & np.isfinite(g)
+    err, sig = float(((r[both] - g[both]) ** 2).sum()), float((r[both] ** 2).sum())
+    finite_r = np.abs(r[np.isfinite(r)])
+    assert new["scale"] == (float(finite_r.max()) if finite_r.size else 0.0)
+    if sig > 0 and err > 0:
+        assert math.isclose(new["rel_rms"], math.sqrt(err / sig), rel_tol=1e-9)
+        assert math.isclose(new["snr_db"], 10 * math.log10(sig / err), rel_tol=1e-9, abs_tol=1e-9)
+    elif err == 0:
+        assert new["snr_db"] is None and (new["rel_rms"] == 0.0 or sig == 0)
 
 
 def test_chunked_metrics_on_a_strided_view_and_overflowing_differences():

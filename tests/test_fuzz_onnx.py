@@ -35,12 +35,13 @@ def _shown(rows: list[dict]) -> str:
 def test_every_file_went_through_every_command(results):
     per_file = collections.Counter(r["file"] for r in results["results"])
     assert len(per_file) == COUNT
-    cut_short = {r["file"] for r in results["results"] if r["code"] not in (0, 1, 2, 3, 4)}
+    cut_short = {r["file"] for r in results["results"] if r["code"] not in (0, 1, 2, 3, 4, 5)}
     assert all(n == 5 for f, n in per_file.items() if f not in cut_short)
 
 
 def test_no_internal_error_signal_or_hang(results):
-    bad = [r for r in results["results"] if r["code"] not in (0, 1, 2)]
+    """0, 1, 2, or 5: a graph that runs only at its own sizes leaves its dynamic axes unexercised (incomplete)."""
+    bad = [r for r in results["results"] if r["code"] not in (0, 1, 2, 5)]
     assert not bad, f"{len(bad)} command(s) ended badly:\n{_shown(bad)}"
 
 

@@ -207,3 +207,12 @@ def test_html_shows_rule_snr_failed_check_and_latency_method():
     assert html.count(METHOD) == 2  # the run's latency row and the timed hop's table, not the untimed hops
     assert "dynamic axes x:2, x:3: exercised" in html
     assert "<p>skipped: no CUDA device</p>" in html
+
+
+def test_an_output_with_nan_or_inf_shows_the_count_not_agreement():
+    """The finite-only figures (max abs 0, cosine 1) would read as agreement beside FAIL."""
+    rep = report_1_8()
+    rep["hops"][0]["outputs"] = [_output(passed=False, max_abs=0.0, cosine=1.0, nonfinite_output=4,
+                                         reason="inf in 4 of 1000 values where the reference is finite")]
+    row = _row(_terminal(rep), "logits")
+    assert row[2] == "NaN/inf in 4 of 1000 values" and row[4] == "-" and row[-1] == "FAIL", row

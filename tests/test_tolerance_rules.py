@@ -158,3 +158,61 @@ def test_the_fp16_model_has_a_hop_of_its_own_against_its_fp32_graph(tmp_path):
     feeds = {"input": x.numpy()}
     rounded = Session(str(tmp_path / "m.onnx"))
     np.testing.assert_array_equal(rounded(feeds)[0], Fp16Evaluator(str(tmp_path / "m.onnx"))(feeds)[0])
+
+
+def test_the_emulation_rounds_every_value_like_numpy_float16():
+    """of_fp32_graph: inputs, weights and each op's result rounded to fp16 (ops compute in fp32), inf beyond
+    ±65504; a Relu after rounded values adds no rounding of its own."""
+    import onnxruntime as ort
+
+    from onnxbridge.emulation import of_fp32_graph
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((4, 16)) * 3).astype(np.float32)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Exp", ["a"], ["b"]),
+             helper.make_node("Add", ["b", "x"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MatMul", ["r", "w"], ["d"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("d", TensorProto.FLOAT, [4, 16])],
+                              [numpy_helper.from_array(np.array(3.3, np.float32), "k"),
+                               numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    emulated = of_fp32_graph(model)
+    casts = [n for n in emulated.graph.node if n.op_type == "Cast"]
+    assert not any(n.input[0] == "c" for n in casts)  # Relu's output: no pair after it
+    got = ort.InferenceSession(emulated.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    h = np.float16
+    with np.errstate(all="ignore"):
+        a = (x.astype(h).astype(np.float32) * np.float32(h(3.3))).astype(h)
+        b = np.exp(a.astype(np.float32)).astype(h)
+        c = (b.astype(np.float32) + x.astype(h).astype(np.float32)).astype(h)
+        d = (np.maximum(c, 0).astype(np.float32) @ w.astype(h).astype(np.float32)).astype(h).astype(np.float32)
+    assert np.isinf(b).any()  # the case overflows somewhere
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(d))
+    finite = np.isfinite(d)
+    np.testing.assert_allclose(got[finite], d[finite], rtol=2e-3)
+    assert np.array_equal(got[finite], got[finite].astype(h).astype(np.float32))  # every value is an fp16 value
+
+
+def test_fp16_inside_control_flow_is_run_node_by_node(tmp_path):
+    """The rounded graph does not reach into If bodies: such a model is run one node at a time, and says so."""
+    from onnxbridge.runtime import Session
+
+    branch = lambda k: helper.make_graph(  # noqa: E731
+        [helper.make_node("Mul", ["x", f"k{k}"], [f"y{k}"])], f"b{k}", [],
+        [helper.make_tensor_value_info(f"y{k}", TensorProto.FLOAT16, [2])],
+        [numpy_helper.from_array(np.array(float(k), np.float16), f"k{k}")])
+    nodes = [helper.make_node("Cast", ["f"], ["x"], to=TensorProto.FLOAT16),
+             helper.make_node("If", ["c"], ["z"], then_branch=branch(2), else_branch=branch(3)),
+             helper.make_node("Cast", ["z"], ["out"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("f", TensorProto.FLOAT, [2]),
+                                           helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              tmp_path / "if16.onnx")
+    session = Session(str(tmp_path / "if16.onnx"))
+    assert "one node at a time" in session.what_ran and "If bodies" in session.what_ran
+    out = session({"f": np.array([1.5, 40000.0], np.float32), "c": np.array(True)})[0]
+    assert out[0] == 3.0 and np.isinf(out[1])
