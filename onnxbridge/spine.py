@@ -330,12 +330,10 @@ def _keep_before_adapting(model: "onnx.ModelProto", base_dir: Path | None, scrat
     from onnxbridge.adapters import default_opset
 
     have = default_opset(model)
-    if opset is None or have == opset or model.ByteSize() > 2**31 - 1 or \
-            (base_dir is not None and scratch not in (base_dir, *base_dir.parents)):
+    if opset is None or have == opset:
         return None
-    path = (base_dir or scratch) / "exported-before-adapters.onnx"
-    path.write_bytes(model.SerializeToString())
-    return path, have
+    path = _keep_graph(model, base_dir, scratch, "exported-before-adapters.onnx")
+    return (path, have) if path is not None else None
 
 
 def _backend_options(to: str, options: dict) -> dict:

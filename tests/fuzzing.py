@@ -469,7 +469,8 @@ def supervise(files: list[Path], workdir: Path, *, jobs: int = 2, timeout: float
         running[slot] = (proc, log)
 
     def read(log: Path) -> tuple[list[dict], list | None, float]:
-        lines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        # only whole lines: the child may be writing the last one while this reads
+        lines = [json.loads(line) for line in log.read_text().split("\n")[:-1] if line] if log.exists() else []
         done = [r for r in lines if "file" in r]
         started = [r["start"] for r in lines if "start" in r]
         pending = started[-1] if len(started) > len(done) else None

@@ -216,3 +216,21 @@ def test_fp16_inside_control_flow_is_run_node_by_node(tmp_path):
     assert "one node at a time" in session.what_ran and "If bodies" in session.what_ran
     out = session({"f": np.array([1.5, 40000.0], np.float32), "c": np.array(True)})[0]
     assert out[0] == 3.0 and np.isinf(out[1])
+
+
+def test_a_package_the_host_evaluator_cannot_run_is_skipped_not_failed(tmp_path, monkeypatch, native_in_process):
+    """An op the host evaluator lacks says nothing about the package (Core ML may run it): the hop is skipped."""
+    pytest.importorskip("coremltools")
+    from onnxbridge.backends.coreml import evaluate
+    from onnxbridge.backends.coreml.gaps import EvaluatorGap
+
+    a, _ = _pair(tmp_path, 1.0, [helper.make_node("Identity", ["y0"], ["y"])])
+
+    def gap(function, feeds):
+        raise EvaluatorGap("the host evaluator does not interleave concat")
+
+    monkeypatch.setattr(evaluate, "run", gap)
+    result = onnxbridge.convert(str(a), to="coreml", output=tmp_path / "m.mlpackage")
+    hop = result.report["hops"][-1]
+    assert (hop["to"], hop["status"], result.report["status"]) == ("coreml", "skipped", "skipped"), hop
+    assert "does not interleave concat" in hop["skipped_reason"] and not result.passed

@@ -9,6 +9,7 @@ import numpy as np
 
 from onnxbridge.backends.coreml import kernels_math
 from onnxbridge.backends.coreml import kernels_window as windows
+from onnxbridge.backends.coreml.gaps import EvaluatorGap
 from onnxbridge.errors import UnsupportedError
 from onnxbridge.optable import OpTable
 
@@ -34,7 +35,7 @@ def _run(function, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
             continue
         fn = KERNELS.get(op.op_type)
         if fn is None:
-            raise UnsupportedError(f"the host evaluator has no kernel for MIL op '{op.op_type}'")
+            raise EvaluatorGap(f"the host evaluator has no kernel for MIL op '{op.op_type}'")
         args = {k: _value(v, env) for k, v in op.inputs.items()}
         result = fn(**args)
         del args
@@ -254,7 +255,7 @@ def transpose(x, perm, **_):
 @kernel("concat")
 def concat(values, axis, interleave=False, **_):
     if _s(interleave):
-        raise UnsupportedError("the host evaluator does not interleave concat")
+        raise EvaluatorGap("the host evaluator does not interleave concat")
     return np.concatenate(values, axis=int(_s(axis)))
 
 
@@ -491,7 +492,7 @@ def conv_transpose(x, weight, bias=None, pad=None, output_shape=None, pad_type="
     dilations = [int(d) for d in (dilations if dilations is not None else [1] * spatial)]
     kind = str(_s(pad_type))
     if kind not in ("custom", "valid"):
-        raise UnsupportedError(f"the host evaluator runs conv_transpose with custom or valid pads, not {kind}")
+        raise EvaluatorGap(f"the host evaluator runs conv_transpose with custom or valid pads, not {kind}")
     y = windows.conv_transpose_full(x, weight, strides, dilations, int(_s(groups)))
     full = y.shape[2:]
     if kind == "custom" and pad is not None:
@@ -531,9 +532,9 @@ def lstm(x, initial_h, initial_c, weight_ih, weight_hh, bias=None, peephole=None
          **_):
     """Forward; MIL gate order [i, f, o, c]; returns (outputs [s, b, H] or [1, b, H], h [b, H], c [b, H])."""
     if str(_s(direction)) != "forward" or peephole is not None and np.any(peephole) or clip is not None:
-        raise UnsupportedError("the host evaluator runs forward LSTMs without peepholes or clipping")
+        raise EvaluatorGap("the host evaluator runs forward LSTMs without peepholes or clipping")
     if (str(_s(recurrent_activation)), str(_s(cell_activation)), str(_s(activation))) != ("sigmoid", "tanh", "tanh"):
-        raise UnsupportedError("the host evaluator runs LSTMs with the default activations only")
+        raise EvaluatorGap("the host evaluator runs LSTMs with the default activations only")
     steps = range(x.shape[0])
     h, c = initial_h.astype(np.float64), initial_c.astype(np.float64)
     b = np.zeros(weight_ih.shape[0]) if bias is None else bias
@@ -605,7 +606,7 @@ def _grid(n_in: int, n_out: int, mode: str) -> np.ndarray:
     elif mode == "UNALIGN_CORNERS":
         points = (i + 0.5) * n_in / n_out - 0.5
     else:
-        raise UnsupportedError(f"the host evaluator has no bilinear sampling mode {mode}")
+        raise EvaluatorGap(f"the host evaluator has no bilinear sampling mode {mode}")
     return np.clip(points, 0, n_in - 1)
 
 
@@ -626,7 +627,7 @@ def resize(x, shape, resized_dims, interpolation_mode="LINEAR", sampling_mode="D
     that size."""
     dims = int(_s(resized_dims))
     if str(_s(interpolation_mode)) != "LINEAR" or dims != 2:
-        raise UnsupportedError("the host evaluator runs iOS 17 resize in LINEAR mode over the last two axes only")
+        raise EvaluatorGap("the host evaluator runs iOS 17 resize in LINEAR mode over the last two axes only")
     oh, ow = (int(v) if int(v) else x.shape[i - 2] for i, v in enumerate(np.asarray(shape).reshape(-1)[-2:]))
     return _bilinear_to(x, oh, ow, str(_s(sampling_mode)))
 

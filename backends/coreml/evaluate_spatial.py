@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxbridge.backends.coreml.evaluate import _in_bounds, _s, kernel
+from onnxbridge.backends.coreml.gaps import EvaluatorGap
 from onnxbridge.errors import UnsupportedError
 
 # scatter modes the lowerings emit besides update: how an update combines with the value already there (duplicate
@@ -21,7 +22,7 @@ def _scatter(op: str, data: np.ndarray, where: tuple, updates: np.ndarray, mode)
     elif mode in SCATTER:
         SCATTER[mode].at(out, where, updates.astype(out.dtype))
     else:
-        raise UnsupportedError(f"the host evaluator has no {op} mode {mode}")
+        raise EvaluatorGap(f"the host evaluator has no {op} mode {mode}")
     return out
 
 
@@ -100,7 +101,7 @@ def _pixels(g: np.ndarray, size: int, mode: str, align_corners: bool) -> np.ndar
     if mode == "normalized_zero_to_one":
         g = 2 * g - 1
     elif mode != "normalized_minus_one_to_one":
-        raise UnsupportedError(f"the host evaluator has no resample coordinates_mode {mode}")
+        raise EvaluatorGap(f"the host evaluator has no resample coordinates_mode {mode}")
     return (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
 
 
@@ -124,7 +125,7 @@ def _padded(p: np.ndarray, size: int, padding: str) -> np.ndarray:
     if padding == "symmetric":
         return np.clip(_reflect(p, -0.5, size - 0.5), 0, size - 1)
     if padding != "constant":
-        raise UnsupportedError(f"the host evaluator has no resample padding_mode {padding}")
+        raise EvaluatorGap(f"the host evaluator has no resample padding_mode {padding}")
     return p
 
 
@@ -153,7 +154,7 @@ def resample(x, coordinates, sampling_mode="bilinear", padding_mode="constant", 
     if sampling == "nearest":
         return _taps(v, np.rint(py).astype(np.int64), np.rint(px).astype(np.int64), fill).astype(x.dtype)
     if sampling != "bilinear":
-        raise UnsupportedError(f"the host evaluator has no resample sampling_mode {sampling}")
+        raise EvaluatorGap(f"the host evaluator has no resample sampling_mode {sampling}")
     x0, y0 = np.floor(px), np.floor(py)
     fx, fy = (px - x0)[:, None], (py - y0)[:, None]
     x0, y0 = x0.astype(np.int64), y0.astype(np.int64)

@@ -745,9 +745,16 @@ class Runner:
         return {n: named[n] for n in self.inputs}
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs on ``feeds``; a package the host evaluator cannot run (``EvaluatorGap``) is not judged here:
+        HopSkipped, never a failure of the package."""
         from onnxbridge.backends.coreml.evaluate import run
+        from onnxbridge.backends.coreml.gaps import EvaluatorGap
+        from onnxbridge.errors import HopSkipped
 
-        return self._outputs(run(self.function, self.feeds(feeds)))
+        try:
+            return self._outputs(run(self.function, self.feeds(feeds)))
+        except EvaluatorGap as exc:
+            raise HopSkipped(f"{exc} (the package may run on Core ML itself: validate it on macOS)") from None
 
     def _outputs(self, result: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """The outputs in order: fp16 as fp32, the rank-0 ONNX ones (``SCALAR_OUTPUTS``) as rank 0."""

@@ -63,8 +63,7 @@ class IrTensors:
 
         compiled = self._compiled(tuple(names))
         request = compiled.create_infer_request()
-        request.infer({name: np.ascontiguousarray(np.asarray(feeds[name]).astype(want, copy=False))
-                       for name, want in self.runner.inputs})
+        request.infer(list(self.runner.inputs_of(feeds).values()))  # by position, as the runner feeds them
         return {n: np.array(request.get_output_tensor(i).data, copy=True) for i, n in enumerate(names)}
 
 

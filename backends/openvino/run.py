@@ -50,7 +50,10 @@ class Runner:
             raise UnsupportedError(f"OpenVINO {release(ov)}'s CPU plugin cannot compile '{Path(path).name}': "
                                    f"{reason(exc)}") from None
         self.request = self.compiled.create_infer_request()
-        self.inputs = [(p.get_any_name(), p.get_element_type().to_dtype()) for p in self.compiled.inputs]
+        # every name of each port: a compiled model can name an input after a tensor it feeds (GPT-2's 'view' for
+        # 'x'), so the feeds are matched to any of them and passed by position
+        self.inputs = [(sorted(p.get_names()) or [p.get_any_name()], p.get_element_type().to_dtype())
+                       for p in self.compiled.inputs]
         self.output_names = [p.get_any_name() for p in self.compiled.outputs]
         hint = self.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
         fp16_weights = constants(model).get("f16", 0)
@@ -93,27 +96,30 @@ class Runner:
         return (f"OpenVINO's default compile on this CPU computes in {self.default_precision}: also run on every "
                 f"sample and compared")
 
-    def _feeds(self, feeds: Mapping) -> dict:
+    def inputs_of(self, feeds: Mapping) -> dict:
+        """The compiled model's inputs from ``feeds`` (matched by any of each port's names), in port order and at its
+        element types."""
         import numpy as np
 
-        missing = [name for name, _ in self.inputs if name not in feeds]
+        named = [next((n for n in names if n in feeds), None) for names, _ in self.inputs]
+        missing = [names[0] for (names, _), name in zip(self.inputs, named) if name is None]
         if missing:
             raise ValueError(f"missing input(s) {', '.join(missing)}")
         return {name: np.ascontiguousarray(np.asarray(feeds[name]).astype(want, copy=False))
-                for name, want in self.inputs}
+                for name, (_, want) in zip(named, self.inputs)}
 
     def _infer(self, request, inputs: dict) -> list:
         import numpy as np
 
-        request.infer(inputs)
+        request.infer(list(inputs.values()))  # by position: the port's own name may be another of its names
         return [np.array(request.get_output_tensor(i).data, copy=True) for i in range(len(self.output_names))]
 
     def fresh(self, feeds: Mapping) -> list:
         """The validated compile only."""
-        return self._infer(self.request, self._feeds(feeds))
+        return self._infer(self.request, self.inputs_of(feeds))
 
     def __call__(self, feeds: Mapping) -> list:
-        inputs = self._feeds(feeds)
+        inputs = self.inputs_of(feeds)
         t = time.perf_counter()
         outputs = self._infer(self.request, inputs)
         self.last_seconds = time.perf_counter() - t
@@ -147,27 +153,25 @@ class Runner:
 
 
 def difference(name: str, got, ref) -> dict:
-    """How far the default compile's output ``got`` is from the validated ``ref``: max abs, rel_rms (||got-ref|| /
-    ||ref||), SNR in dB (None where they are equal), values not finite in ``got`` only; ``broken`` when the SNR is
-    below ``DEFAULT_MIN_SNR_DB`` or such values exist."""
+    """How far the default compile's output ``got`` is from the validated ``ref`` (``compare``'s figures): max abs,
+    rel_rms (||got-ref|| / ||ref||), SNR in dB (None where they are equal), values not finite in ``got`` only;
+    ``broken`` when the SNR is below ``DEFAULT_MIN_SNR_DB``, such values exist, or they cannot be compared."""
     import numpy as np
 
+    from onnxbridge.compare import compare
+
     got, ref = np.asarray(got), np.asarray(ref)
-    if got.shape != ref.shape:
+    m = compare(ref, got, atol=0.0, rtol=0.0)
+    if "error" in m:  # shape or dtype
         return {"name": name, "max_abs": float("inf"), "rel_rms": float("inf"), "snr_db": None, "nonfinite": 0,
                 "broken": True}
-    if not np.issubdtype(ref.dtype, np.floating):
-        same = bool(np.array_equal(got, ref))
-        return {"name": name, "max_abs": 0.0 if same else float(np.max(np.abs(got.astype(np.float64) - ref))),
-                "rel_rms": 0.0 if same else float("inf"), "snr_db": None, "nonfinite": 0, "broken": not same}
-    got64, ref64 = got.astype(np.float64), ref.astype(np.float64)
-    both = np.isfinite(got64) & np.isfinite(ref64)
-    nonfinite = int(np.count_nonzero(~np.isfinite(got64) & np.isfinite(ref64)))
-    err = np.where(both, got64 - ref64, 0.0)
-    signal = float(np.sum(np.where(both, ref64, 0.0) ** 2))
-    noise = float(np.sum(err ** 2))
-    rel_rms = float(np.sqrt(noise / signal)) if signal > 0 else (0.0 if noise == 0 else float("inf"))
-    snr_db = None if noise == 0 else (10 * np.log10(signal / noise) if signal > 0 else float("-inf"))
-    broken = nonfinite > 0 or (snr_db is not None and snr_db < DEFAULT_MIN_SNR_DB)
-    return {"name": name, "max_abs": float(np.max(np.abs(err))) if err.size else 0.0, "rel_rms": rel_rms,
-            "snr_db": None if snr_db is None else float(snr_db), "nonfinite": nonfinite, "broken": broken}
+    if m["kind"] == "exact":
+        wrong = not m["passed"]
+        return {"name": name, "max_abs": float(np.max(np.abs(got.astype(np.float64) - ref))) if wrong else 0.0,
+                "rel_rms": float("inf") if wrong else 0.0, "snr_db": None, "nonfinite": 0, "broken": wrong}
+    nonfinite = int(np.count_nonzero(~np.isfinite(got) & np.isfinite(ref)))
+    rel_rms = m["rel_rms"] if m["rel_rms"] is not None else float("inf")
+    broken = nonfinite > 0 or (m["snr_db"] is not None and m["snr_db"] < DEFAULT_MIN_SNR_DB) or \
+        (m["snr_db"] is None and rel_rms > 0)
+    return {"name": name, "max_abs": m["max_abs"], "rel_rms": rel_rms, "snr_db": m["snr_db"], "nonfinite": nonfinite,
+            "broken": broken}
