@@ -51,6 +51,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # column -> (backend, precision, suffix). DLC at its default precision: the HTP simulator computes in fp16.
+# conversions of zoo models that are really wrong on a backend, so not passing them is right, not a false alarm
+KNOWN_ERRORS = {
+    ("efficientvit_b0", "dlc"): "the HTP simulator's output has cosine 0.33-0.53 to onnxruntime's and loses top-1 "
+                                "(670x the fp16 emulation's error): the real DLC error issue 29 names",
+}
+
 TARGETS = {
     "onnx-fp32": ("onnx", "fp32", ".onnx"),
     "openvino-fp32": ("openvino", "fp32", ".xml"),
@@ -374,7 +380,8 @@ def _hop_line(h: dict) -> str:
 def report(rows: list[dict], targets: list[str]) -> str:
     lines: list[str] = []
     bugs = [r for r in rows if r["kind"] == "bug"]
-    good = [r for r in rows if r["kind"] == "model"]
+    known = [r for r in rows if r["kind"] == "model" and (r["model"], r["target"]) in KNOWN_ERRORS]
+    good = [r for r in rows if r["kind"] == "model" and (r["model"], r["target"]) not in KNOWN_ERRORS]
     width = max(13, *(len(t) for t in targets))
 
     def cell(rs: list[dict], ok: Callable[[dict], bool]) -> str:
@@ -406,6 +413,7 @@ def report(rows: list[dict], targets: list[str]) -> str:
         ("  false alarms: failed", lambda rs: count(rs, "failed"), good),
         ("  skipped/blocked", lambda rs: str(sum(r["status"] in ("skipped", "blocked") for r in rs)), good),
         ("  error (no verdict)", lambda rs: count(rs, "error"), good),
+        ("known backend errors caught", caught, known),
     ]
     for title, fn, rs in table:
         lines.append(f"{title:34s}" + "".join(f"{fn([r for r in rs if r['target'] == t]):>{width + 2}s}"
@@ -423,6 +431,8 @@ def report(rows: list[dict], targets: list[str]) -> str:
         return "met" if ok else "MISSED"
     lines.append(f"{'goal':34s}" + "".join(f"{goal(t):>{width + 2}s}" for t in targets))
 
+    for r in known:
+        lines.append(f"  known: {r['model']} on {r['target']}: {r['status']} ({KNOWN_ERRORS[r['model'], r['target']]})")
     lines.append("")
     lines.append("False alarms (correct model, verdict not passed):")
     alarms = [r for r in good if r["status"] not in ("passed", "error")]

@@ -14,10 +14,13 @@ from onnxbridge.errors import HopSkipped, UnavailableError
 EP = "QNNExecutionProvider"
 SOC_MODEL = "60"  # the simulated SoC; fp16 on the simulator needs one set
 COMPUTE_PRECISION = "fp16"  # the HTP computes float models in fp16
-# How far the HTP's fp16 kernels may err beyond fp16 storage rounding (the fp16 emulation's error): measured with
-# benchmarks/verdicts.py on 40 zoo models, the simulator's relative RMS error is 0.9-2x the emulation's on most
-# (ResNets, BERT, MobileNetV2) and up to 36x where sigmoid/GELU/normalization dominate (EfficientNet-B0 36x,
-# CoAtNet and ReXNet 23x, DeiT and ViT 6x); a real conversion error (EfficientViT-B0) was 670x.
+# How far the HTP's fp16 kernels may err beyond fp16 storage rounding (the fp16 emulation's error), measured with
+# benchmarks/verdicts.py on 40 zoo models: 0.9-1.13x the emulation's relative RMS error on every model without the
+# ops below (ResNets, RegNet, DenseNet, GoogLeNet, VGG, MobileNetV2), up to 36x on models with them, whose HTP kernels
+# are approximations (EfficientNet-B0 36x, CoAtNet and ReXNet 23x, DeiT and ViT 6x; BERT 1.0x); a real conversion
+# error (EfficientViT-B0) was 670x. So a model without them keeps the default factor, one with them gets 64.
+APPROXIMATED = frozenset({"Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Exp", "Erf", "Gelu", "Softmax",
+                          "LogSoftmax", "LayerNormalization", "Swish", "Mish", "Softplus", "Elu", "Selu"})
 EMULATION_FACTOR = 64.0
 INSTALL = "pip install 'onnxbridge[qnn]' (onnxruntime-qnn from PyPI; Qualcomm's libraries are not redistributed)"
 
@@ -115,19 +118,28 @@ def dump_dlc(model_path: Path, out_dir: Path) -> list[Path]:
     return sorted(out_dir.glob("*.dlc"))
 
 
+def approximated_ops(model_path: Path) -> list[str]:
+    """The ops of the model at ``model_path`` whose HTP kernels are approximations (``APPROXIMATED``), sorted."""
+    from onnxbridge.fileio import graphs, load_in_place
+
+    model = load_in_place(model_path)
+    return sorted({n.op_type for g in graphs(model.graph) for n in g.node} & APPROXIMATED)
+
+
 class HtpRunner:
     """The prepared model on the x86 HTP simulator: fp16 compute, every node on QNN (CPU fallback disabled).
 
     Creating it raises HopSkipped with the simulator's reason when the simulator cannot take the model.
     ``compute_precision``: float models are computed in fp16, so the hop is judged against the fp16 emulation of its
-    ONNX model, within ``emulation_factor`` times its error (the HTP's kernels err more than fp16 rounding alone);
+    ONNX model, within ``emulation_factor`` times its error (where the model has ops the HTP approximates, its kernels
+    err more than fp16 rounding alone: ``APPROXIMATED``);
     ``static_shapes``: the only input shapes it takes. The hop is named for what ran (``hop_name``,
     ``what_ran``); the .dlc itself is checked by structure (``artifact_checked``, ``artifact_check``: the facts of
     ``structure.compare``). ``keep``: an object whose ``cleanup()`` frees the model's folder on ``close``.
     """
 
     compute_precision = COMPUTE_PRECISION
-    emulation_factor = EMULATION_FACTOR
+    emulation_factor: float | None = None  # the default, unless the model has ops the HTP approximates
     hop_name = HOP_NAME
     artifact_checked = "structure"
 
@@ -153,6 +165,10 @@ class HtpRunner:
                 raise HopSkipped(f"the HTP simulator cannot run this model: {detail}") from None
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.static_shapes = {i.name: list(i.shape) for i in self.session.get_inputs()}
+        approximated = approximated_ops(model_path)
+        if approximated:
+            self.emulation_factor = EMULATION_FACTOR
+            self.what_ran += f"; its {', '.join(approximated)} kernels are approximations (factor {EMULATION_FACTOR:g})"
 
     def close(self) -> None:
         """Free the session and the folder kept for it."""
