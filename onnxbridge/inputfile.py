@@ -83,8 +83,8 @@ def random_origin(path: str | Path) -> str | None:
     try:
         with zipfile.ZipFile(path) as archive:
             comment = archive.comment.decode("utf-8", "replace")
-    except (OSError, zipfile.BadZipFile, ValueError):
-        return None
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError, RuntimeError, NotImplementedError):
+        return None  # not an archive onnxbridge wrote, or a damaged one: no mark
     return comment[len(RANDOM_MARK):] if comment.startswith(RANDOM_MARK) else None
 
 

@@ -281,6 +281,13 @@ def test_random_calibration_data_is_marked_and_warned_about(cli, tmp_path):
     for plain in ("one.npz", "own.npz"):
         assert random_origin(tmp_path / plain) is None and _random_calibration(tmp_path / plain) is None
         assert zipfile.ZipFile(tmp_path / plain).comment == b""
+    # a damaged or foreign file carries no mark, and reading it raises nothing
+    whole = (tmp_path / "cal.npz").read_bytes()
+    for name, data in (("cut.npz", whole[: len(whole) // 2]), ("junk.npz", b"PK\x05\x06" + b"\xff" * 40),
+                       ("empty.npz", b"")):
+        (tmp_path / name).write_bytes(data)
+        assert random_origin(tmp_path / name) is None
+    assert random_origin(tmp_path / "missing.npz") is None and random_origin(tmp_path) is None
 
 
 @pytest.mark.slow
