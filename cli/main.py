@@ -17,7 +17,19 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERNAL, EXIT_SKIP
 
 
 def _stderr(message: str) -> None:
-    click.echo(message, err=True)
+    """One line on stderr; control characters a message quotes from a model are written out, never sent."""
+    from onnxbridge.renderers.text import printable
+
+    click.echo(printable(message), err=True)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, so that it ends as Ctrl-C does: its worker stopped, its staging
+    and scratch folders removed, its output lock released, the output as it was."""
+
+
+def _terminate(signum, frame) -> None:  # noqa: ARG001 - signal handler
+    raise Terminated()
 
 
 def handle_errors(fn):
@@ -31,9 +43,19 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except Terminated:
+            _stderr("terminated")
+            sys.exit(143)
         except KeyboardInterrupt:
             _stderr("interrupted")
             sys.exit(130)
+        except SystemExit as exc:  # raised by code the command ran for the model (onnxbridge's own exits come after)
+            if _reader_gone(exc):
+                raise
+            from onnxbridge.sources import exit_call
+
+            _stderr(f"error: the model's code (or a library it calls) called {exit_call(exc)}")
+            sys.exit(EXIT_BAD_INPUT)
         except Exception as exc:
             from onnxbridge.errors import OnnxBridgeError
 
@@ -47,6 +69,14 @@ def handle_errors(fn):
             sys.exit(EXIT_INTERNAL)
 
     return wrapper
+
+
+def _reader_gone(exc: SystemExit) -> bool:
+    """Whether rich raised ``exc`` because stdout's reader left (``... | head``): an exit, not the model's."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == "on_broken_pipe"
 
 
 PIPED_WIDTH = 10_000  # stdout is a file or a pipe (CI logs): lines as long as they need, never cut with "…"
@@ -130,6 +160,25 @@ def localize_option(default: str):
                              "mapped back to the source framework's module/layer where it records one.")
 
 
+TIMEOUT_HELP = ("Seconds the whole command may take, then exit 2 naming the step that ran out (default: "
+                "$ONNXBRIDGE_TIMEOUT_S, else 3600; 0: no limit).")
+
+
+def timeout_option(fn):
+    """``--timeout SECONDS``: the command runs within that time budget (``onnxbridge.deadline``)."""
+
+    def start(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
+        from onnxbridge import deadline
+
+        try:
+            ctx.with_resource(deadline.budget(value))
+        except Exception as exc:  # a bad ONNXBRIDGE_TIMEOUT_S
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+    return click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS", expose_value=False,
+                        callback=start, help=TIMEOUT_HELP)(fn)
+
+
 def _renderers(junit, markdown, html) -> dict:
     return {fmt: path for fmt, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
 
@@ -211,6 +260,7 @@ def _flag(name: str, by_plugin: dict, selector: str):
 @localize_option("off")
 @plugin_options("frontend")
 @plugin_options("backend")
+@timeout_option
 @click.pass_context
 @handle_errors
 def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
@@ -236,11 +286,13 @@ def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic
     rep = result.report
     console = _console(ctx)
     if console is not None:
+        from onnxbridge.renderers.text import console_markup
+
         art = rep["artifact"]
         built = f"{art['format']}, from ONNX " if "backend" in art else ""
-        console.print(f"wrote {art['path']} ({built}opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} "
-                      "bytes" + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "")
-                      + ")")
+        console.print(console_markup(
+            f"wrote {art['path']} ({built}opset {art['opset']}, IR {art['ir_version']}, {art['bytes']:,} bytes"
+            + (f", external data {', '.join(art['external_data'])}" if art["external_data"] else "") + ")"))
     _finish(ctx, rep, console, fail_on, allow_skipped)
 
 
@@ -261,16 +313,15 @@ def _finish(ctx, rep: dict, console, fail_on: str = "error", allow_skipped: bool
     """Print the report (the spine wrote its files), its notes and warnings (an exporter freezing a traced value,
     ... explain a verdict), and exit 1 on failure (or on warnings with --fail-on warning), ``EXIT_SKIPPED`` when a
     hop did not run (unless ``allow_skipped``)."""
-    from rich.markup import escape
-
     from onnxbridge import report as reports
+    from onnxbridge.renderers.text import console_markup
 
     if console is not None:
         reports.render(rep, console)
         for line in rep["notes"]:
-            console.print(f"[dim]note: {escape(line)}[/]")
+            console.print(f"[dim]note: {console_markup(line)}[/]")
         for line in _warning_lines(rep["warnings"]):
-            console.print(f"[dim yellow]warning: {escape(line)}[/]")
+            console.print(f"[dim yellow]warning: {console_markup(line)}[/]")
         console.print(f"status: [bold]{rep['status']}[/]")
     if rep["status"] == "failed":
         _stderr(f"error: {reports.failure_summary(rep)}")
@@ -299,6 +350,7 @@ def _finish(ctx, rep: dict, console, fail_on: str = "error", allow_skipped: bool
 @allow_skipped_option
 @localize_option("auto")
 @plugin_options("frontend")
+@timeout_option
 @click.pass_context
 @handle_errors
 def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, samples, latency_runs,
@@ -323,6 +375,7 @@ def validate(ctx, source, converted, inputs, from_, input_shapes, precision, ato
 @click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
 @report_options
+@timeout_option
 @click.pass_context
 @handle_errors
 def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol, rtol, samples, latency_runs, fail_on,
@@ -333,12 +386,14 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
     if check_only:
         from onnxbridge.spine import check_opset
 
+        from onnxbridge.renderers.text import console_markup, printable
+
         rep = check_opset(model, opset, report=report, renderers=_renderers(junit, markdown, html))
-        for line in rep["blockers"]:
-            click.echo(line)
+        for line in rep["blockers"]:  # they quote node names from the model
+            click.echo(printable(line))
         console = _console(ctx)
         if not rep["blockers"] and console is not None:
-            console.print(f"{model} can move to opset {opset}")
+            console.print(f"{console_markup(model)} can move to opset {opset}")
         ctx.exit(EXIT_BAD_INPUT if rep["blockers"] else EXIT_OK)
     if output is None:
         raise BadInputError("adapt needs -o OUTPUT (or --check)")
@@ -350,8 +405,10 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
                          renderers=_renderers(junit, markdown, html))
     console = _console(ctx)
     if console is not None:
+        from onnxbridge.renderers.text import console_markup
+
         art = result.report["artifact"]
-        console.print(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']})")
+        console.print(console_markup(f"wrote {art['path']} (opset {art['opset']}, IR {art['ir_version']})"))
     _finish(ctx, result.report, console, fail_on)
 
 
@@ -365,6 +422,7 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
               help="Shapes the conversion would fix (a DLC needs static shapes).")
 @click.option("--target", metavar="TARGET", help="Deployment target to check against (Core ML: iOS15..iOS18).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
+@timeout_option
 @click.pass_context
 @handle_errors
 def check(ctx, model, targets, opset, input_shapes, target, report):
@@ -372,25 +430,25 @@ def check(ctx, model, targets, opset, input_shapes, target, report):
 
     Exits 0 when nothing blocks, 2 when something does.
     """
+    from onnxbridge.renderers.text import console_markup, printable
     from onnxbridge.spine import check_targets
 
     names = [t.strip() for item in targets for t in item.split(",") if t.strip()]
     rep = check_targets(model, names, opset=opset, input_shapes=list(input_shapes), target=target, report=report)
     console = _console(ctx)
-    for line in rep["blockers"]:
-        click.echo(line)
+    for line in rep["blockers"]:  # they quote node names from the model
+        click.echo(printable(line))
         target, _, blocker = line.partition(": ")
         advice = rep["targets"].get(target, {}).get("hints", [])
         found = rep["targets"].get(target, {}).get("blockers", [])
         if blocker in found and advice[found.index(blocker)]:
-            click.echo(f"  hint: {advice[found.index(blocker)]}")
+            click.echo(f"  hint: {printable(advice[found.index(blocker)])}")
     if console is not None:
-        from rich.markup import escape
-
         for name, row in rep["targets"].items():
             state = "[green]can convert[/]" if not row["blockers"] else f"[red]{len(row['blockers'])} blocker(s)[/]"
-            tool = "" if row["available"] else f" [dim](toolchain not installed: {escape(row['reason'])})[/]"
-            rewrites = f" [dim](rewrites: {escape(', '.join(row['rewrites']))})[/]" if row.get("rewrites") else ""
+            tool = "" if row["available"] else f" [dim](toolchain not installed: {console_markup(row['reason'])})[/]"
+            rewrites = (f" [dim](rewrites: {console_markup(', '.join(row['rewrites']))})[/]" if row.get("rewrites")
+                        else "")
             console.print(f"{name}: {state}{tool}{rewrites}")
     ctx.exit(EXIT_BAD_INPUT if rep["blockers"] else EXIT_OK)
 
@@ -398,6 +456,7 @@ def check(ctx, model, targets, opset, input_shapes, target, report):
 @cli.command()
 @click.argument("model", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@timeout_option
 @click.pass_context
 @handle_errors
 def inspect(ctx, model, as_json):
@@ -483,7 +542,7 @@ def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline
                         progress=not ctx.find_root().params.get("quiet", False))  # a bar on a terminal, else lines
     console = _console(ctx)
     if console is not None:
-        from rich.markup import escape
+        from onnxbridge.renderers.text import console_markup as escape  # names and reasons: shown, never sent
 
         counts = ", ".join(f"{n} {status}" for status, n in result["counts"].items() if n)
         cached = sum(1 for c in result["cells"] if c.get("cached"))
@@ -521,6 +580,7 @@ def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline
               help="Open an axis the source fixes (e.g. x:0 for --batch on an ONNX model with batch 1).")
 @click.option("--trust", is_flag=True, help=TRUST_HELP)
 @plugin_options("frontend")
+@timeout_option
 @click.pass_context
 @handle_errors
 def inputs(ctx, source, output, batch, seed, calibration, from_, input_shapes, dynamic, trust, **options):
@@ -533,7 +593,7 @@ def inputs(ctx, source, output, batch, seed, calibration, from_, input_shapes, d
                         **_plugin_values(options))
     console = _console(ctx)
     if console is not None:
-        from rich.markup import escape
+        from onnxbridge.renderers.text import console_markup as escape  # input names: shown, never sent
 
         arrays = ", ".join(f"{k} {'x'.join(map(str, v['shape'])) or 'scalar'} {v['dtype']}"
                            for k, v in info["arrays"].items())
@@ -586,6 +646,9 @@ for _command in cli.commands.values():
 
 def main() -> None:
     """The console script: the command, then a quick exit (``_exit``)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli(prog_name="onnxbridge")
     except SystemExit as exc:

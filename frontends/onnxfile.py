@@ -37,6 +37,7 @@ def load(source: Any, *, sample_inputs: Any = None, input_shapes: Sequence[Tenso
 class OnnxModel(SourceModel):
     frontend = "onnx"
     framework = "onnxruntime"
+    runs_in = "the worker process"
 
     def __init__(self, source: Any, sample_inputs: Any, input_shapes: Sequence[TensorSpec], seed: int,
                  dynamic: Sequence[DynamicAxis] = ()):
@@ -77,7 +78,8 @@ class OnnxModel(SourceModel):
         if sample_inputs is not None:
             from onnxbridge.specs import Sample
 
-            self.sample = Sample(dict(sample_inputs), origin="sample inputs")
+            self.sample = Sample(_named_arrays(sample_inputs, [s.name for s in self.input_specs]),
+                                 origin="sample inputs")
         else:
             self.sample = random_sample(self.input_specs, seed=seed)
 
@@ -146,3 +148,24 @@ class OnnxModel(SourceModel):
         return Sides(source, checkpoints, f"the source ONNX model run as prefix models; {len(checkpoints)} of "
                      f"{len(every)} tensors matched ({by_name} by name, {len(checkpoints) - by_name} by graph "
                      "position); source: the source model's node")
+
+
+def _named_arrays(given: Any, names: Sequence[str]) -> dict:
+    """Sample inputs for an ONNX model as given: a name -> array mapping, or arrays in input order."""
+    import numpy as np
+
+    items = list(given.items()) if isinstance(given, Mapping) else \
+        list(zip(names, given)) if isinstance(given, (list, tuple)) and len(given) == len(names) else None
+    if items is None:
+        raise BadInputError(f"sample inputs for an ONNX model are a name -> array mapping or {len(names)} array(s) in "
+                            f"input order ({', '.join(map(repr, names))}), not {type(given).__name__}"
+                            + (f" of {len(given)}" if isinstance(given, (list, tuple)) else ""))
+    arrays = {}
+    for name, value in items:
+        try:
+            arrays[str(name)] = np.asarray(value)
+        except Exception:  # noqa: BLE001 - whatever numpy cannot take
+            raise BadInputError(f"sample input '{name}' is not an array ({type(value).__name__})") from None
+        if arrays[str(name)].dtype == object:
+            raise BadInputError(f"sample input '{name}' is not a numeric array ({type(value).__name__})")
+    return arrays

@@ -6,7 +6,8 @@
     result.raise_for_status()        # ValidationFailed, or ValidationSkipped (allow_skipped=True accepts it)
     onnxbridge.validate(model_or_factory, "model.onnx", inputs="inputs.npz")
 
-Nothing heavy is imported until it is used.
+Nothing heavy is imported until it is used. Every function here checks its arguments before it runs
+(``arguments.checked``): a wrong type or value is a BadInputError naming the argument, never a bare TypeError.
 """
 from __future__ import annotations
 
@@ -42,8 +43,12 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
+        from onnxbridge.arguments import checked
+
         module, attr = _LAZY[name]
         value = getattr(importlib.import_module(module), attr)
+        if not isinstance(value, type):  # a function: ConversionResult's methods check their own
+            value = checked(value, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'onnxbridge' has no attribute {name!r}")

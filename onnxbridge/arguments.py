@@ -1,11 +1,14 @@
 """The Python API's arguments, checked in one place before anything runs.
 
 ``check`` refuses a wrong type or value with BadInputError naming the argument and what it got (never a TypeError
-from deep inside a run); ``check_paths`` refuses outputs that would overwrite each other, an input, or one of an
-input's files.
+from deep inside a run); ``checked`` makes a public function (``onnxbridge.convert``, ...) run ``check`` on its
+arguments first; ``check_paths`` refuses outputs that would overwrite each other, an input, or one of an input's
+files.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import numbers
 import os
 from collections.abc import Mapping, Sequence
@@ -13,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from onnxbridge.errors import BadInputError
-from onnxbridge.specs import TensorSpec
+from onnxbridge.fileio import regular
+from onnxbridge.specs import DynamicAxis, TensorSpec
 
 EXPORTERS = ("auto", "dynamo", "torchscript")
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -70,6 +74,41 @@ def _model(value: Any) -> str | None:
     return None if value.graph.node or value.graph.output else "is an empty ModelProto (no graph)"
 
 
+def _sample(value: Any) -> str | None:
+    """Sample inputs are the frontend's to judge (tensors, arrays, a framework's input specs); a bare number or
+    string is none of them."""
+    ok = not isinstance(value, (numbers.Number, str, bytes))
+    return None if ok else "must be an array, a tuple or list of inputs, or a name -> array mapping"
+
+
+def _axes(value: Any) -> bool:
+    """``{axis: label}`` or a list of axes: one input's entry in a ``dynamic`` mapping."""
+    def axis(a: Any) -> bool:
+        return isinstance(a, numbers.Integral) and not isinstance(a, bool)
+
+    if isinstance(value, Mapping):
+        return all(axis(a) and (label is None or isinstance(label, str)) for a, label in value.items())
+    return isinstance(value, (list, tuple)) and all(axis(a) for a in value)
+
+
+def _dynamic(value: Any) -> str | None:
+    if isinstance(value, Mapping):
+        ok = all(isinstance(k, str) and _axes(v) for k, v in value.items())
+    else:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, (str, DynamicAxis)) for v in value)
+    return None if ok else "must be a list of 'NAME:AXIS[:LABEL]' str or a name -> {axis: label} mapping"
+
+
+def _tolerance(value: Any) -> str | None:
+    """The type of ``atol``/``rtol`` (``validation.Tolerance`` checks each number's value)."""
+    def leaf(v: Any) -> bool:
+        return isinstance(v, (str, numbers.Real)) and not isinstance(v, bool)
+
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else [value]
+    return None if all(leaf(v) for v in items) else \
+        "must be a number, an '[OUTPUT:]NUMBER' str, a list of those or an output -> number mapping"
+
+
 def _renderers(value: Any) -> str | None:
     ok = isinstance(value, Mapping) and all(k in RENDERERS and not _path(p) for k, p in value.items())
     return None if ok else f"must map {', '.join(RENDERERS)} to paths"
@@ -86,17 +125,28 @@ RULES: dict[str, Callable[[Any], str | None]] = {
     "output": _path, "report": _path, "timing_cache": _path, "calibration": _path, "inputs": _inputs,
     "input_shapes": _list_of((str, TensorSpec), "'NAME:D1,D2,...' str or TensorSpec"),
     "input_names": _list_of(str, "str"), "allow_approx": _list_of(str, "str"), "output_names": _list_of(str, "str"), "converted": _model, "model": _model,
-    "renderers": _renderers,
+    "renderers": _renderers, "sample_inputs": _sample, "dynamic": _dynamic, "atol": _tolerance, "rtol": _tolerance,
+    "targets": _list_of(str, "backend names (str)"),
     "optimize": lambda v: None if isinstance(v, bool) or v in ("basic", "default") else
     "must be True, False, 'basic' or 'default'",
 }
 
 
-def check(given: Mapping[str, Any], required: Sequence[str] = ()) -> None:
+# the public functions' rules that differ from RULES for an argument of the same name
+OVERRIDES: dict[str, dict[str, Callable[[Any], str | None]]] = {
+    "check_targets": {"model": _path},  # read from disk by each backend's check
+    "inspect_model": {"model": lambda v: None if isinstance(v, (bytes, bytearray)) or type(v).__name__ ==
+                      "ModelProto" or not _path(v) else "must be a path, an onnx.ModelProto or its bytes"},
+}
+
+
+def check(given: Mapping[str, Any], required: Sequence[str] = (),
+          rules: Mapping[str, Callable[[Any], str | None]] | None = None) -> None:
     """Refuse the first argument of ``given`` (a call's arguments by name, e.g. ``locals()``) whose type or value is
-    wrong; None passes except for the names in ``required``, and a name without a rule passes."""
+    wrong; None passes except for the names in ``required``, and a name without a rule passes. ``rules``: this
+    call's rules where they differ from ``RULES``."""
     for name, value in given.items():
-        rule = RULES.get(name)
+        rule = (rules or {}).get(name, RULES.get(name))
         problem = "must be given" if value is None and name in required else \
             rule(value) if rule is not None and value is not None else None
         if problem:
@@ -106,10 +156,43 @@ def check(given: Mapping[str, Any], required: Sequence[str] = ()) -> None:
             raise BadInputError(f"argument {name.rstrip('_')}={shown} {problem}")
 
 
+def checked(fn: Callable, name: str | None = None) -> Callable:
+    """``fn``, public as ``name`` (default: its own name), with its arguments checked first: a call Python itself
+    refuses (a missing or unknown argument) and a wrong type or value are BadInputError; parameters without a
+    default must not be None."""
+    name = name or fn.__name__
+    signature = inspect.signature(fn)
+    required = [p.name for p in signature.parameters.values() if p.default is p.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    var_keyword = [p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD]
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            given = signature.bind(*args, **kwargs).arguments
+        except TypeError as exc:
+            raise BadInputError(f"{name}: {exc}") from None
+        extra = given.pop(var_keyword[0], {}) if var_keyword else {}
+        check({**given, **extra}, required, OVERRIDES.get(name))
+        try:
+            return fn(*args, **kwargs)
+        except SystemExit as exc:  # the model's code (a forward, an export hook): never the caller's exit
+            from onnxbridge.sources import exit_call
+
+            raise BadInputError(f"{name}: the model's code (or a library it calls) called {exit_call(exc)}") from None
+
+    return call
+
+
 def check_paths(reads: Mapping[str, Any], writes: Mapping[str, Any]) -> None:
-    """Refuse, before anything runs, two of ``writes`` naming one file, or one naming an input of ``reads`` or one of
-    its files: anything inside an input folder, an ONNX model's external data. Keys say what each path is (a flag or
-    "the source model"); values that are not paths (a live model, None) are skipped."""
+    """Refuse, before anything runs, one of ``reads`` that is neither a regular file nor a folder (a device, FIFO or
+    socket, or a link to one or to nothing: reading it would hang or never end), two of ``writes`` naming one file, or
+    one naming an input of ``reads`` or one of its files: anything inside an input folder, an ONNX model's external
+    data. Keys say what each path is (a flag or "the source model"); values that are not paths (a live model, None)
+    and reads that name nothing on disk (a ``module:function`` factory) are skipped."""
+    for what, src in reads.items():
+        if isinstance(src, (str, os.PathLike)) and os.path.lexists(src):
+            regular(src, what, folder=True)
     outputs = {label: Path(p) for label, p in writes.items() if isinstance(p, (str, os.PathLike))}
     seen: dict[str, str] = {}
     for label, path in outputs.items():

@@ -1,4 +1,5 @@
-"""Size limits, checked before anything runs a model: a 200-byte file must not make onnxbridge allocate gigabytes.
+"""Size limits, checked before anything runs a model: a 200-byte file must not make onnxbridge allocate gigabytes
+(nor loop forever: a Loop whose constants say it never stops is refused too, ``ENDLESS_LOOP``).
 
 Every tensor onnxbridge would make, or a runtime would make at a size known in advance, is checked against one limit,
 ``ONNXBRIDGE_MAX_TENSOR_MB`` (default 4096 MB): random sample inputs (from static input shapes or --input-shape), and
@@ -83,6 +84,8 @@ def check_model(model: "onnx.ModelProto", what: str) -> None:
         for node in graph.node:
             for name, shape, itemsize in _made(node, consts, shapes):
                 check_tensor(f"{what}: tensor '{name}' ({node.op_type} '{node.name}')", shape, itemsize, limit)
+            if node.op_type == "Loop":
+                _check_loop(node, consts, what)
             _propagate(node, consts)
 
 
@@ -96,7 +99,7 @@ def _keep(consts: dict, name: str, tensor) -> None:
             value = numpy_helper.to_array(tensor)
         except Exception:  # noqa: BLE001 - external or unreadable: not a constant we can use
             return
-        if value.dtype.kind in "iuf":
+        if value.dtype.kind in "iufb":
             consts[name] = np.asarray(value)
 
 
@@ -146,6 +149,46 @@ def _made(node, consts: dict, shapes: dict) -> list[tuple[str, list[int], int]]:
     if op == "OneHot" and const(1) is not None and node.input[0] in shapes and const(1).size == 1:
         return [(out, [*shapes[node.input[0]], int(const(1).reshape(-1)[0])], 1)]
     return []
+
+
+ENDLESS_LOOP = 10**9  # iterations of a Loop whose condition never turns false: no model means that many
+
+
+def _check_loop(node, consts: dict, what: str) -> None:
+    """Refuse a Loop that runs ``ENDLESS_LOOP`` or more iterations from constants alone: its trip count is absent
+    or such a constant, and its condition is absent or true and passed on unchanged (or set true) by the body."""
+    trip = consts.get(node.input[0]) if node.input and node.input[0] else None
+    if node.input and node.input[0] and (trip is None or trip.size != 1):
+        return  # computed at run time: bounded by the run's time budget
+    count = None if trip is None else int(trip.reshape(-1)[0])
+    if count is not None and count < ENDLESS_LOOP:
+        return
+    cond = node.input[1] if len(node.input) > 1 else ""
+    if cond and not (cond in consts and consts[cond].size == 1 and bool(consts[cond].reshape(-1)[0])):
+        return
+    body = next((a.g for a in node.attribute if a.name == "body" and a.HasField("g")), None)
+    if body is None or not _stays_true(body):
+        return
+    runs = "without end" if count is None else f"{count:,} times"
+    raise BadInputError(f"{what}: Loop '{node.name}' would run {runs} (its trip count and condition are constants "
+                        "that never stop it)", hint="a model that never finishes cannot be converted or validated")
+
+
+def _stays_true(body) -> bool:
+    """Whether a Loop body's condition output is its condition input passed on, or the constant true."""
+    if len(body.input) < 2 or not body.output:
+        return False
+    consts: dict = {}
+    for t in body.initializer:
+        _keep(consts, t.name, t)
+    true = {body.input[1].name}
+    for node in body.node:
+        _propagate(node, consts)
+        if node.op_type == "Identity" and node.input and node.input[0] in true:
+            true.add(node.output[0])
+    out = body.output[0].name
+    value = consts.get(out)
+    return out in true or (value is not None and value.size == 1 and bool(value.reshape(-1)[0]))
 
 
 def _itemsize(data_type: int) -> int:

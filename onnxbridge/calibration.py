@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from onnxbridge.errors import BadInputError
+from onnxbridge.errors import BadInputError, listing
 
 if TYPE_CHECKING:
     import numpy as np
@@ -21,8 +21,8 @@ def batches(calibration: Mapping[str, "np.ndarray"], inputs: Mapping[str, Sequen
 
     missing = [n for n in inputs if n not in calibration]
     if missing:
-        raise BadInputError(f"--calibration has no array for input(s) {', '.join(map(repr, missing))} (it holds "
-                            f"{', '.join(map(repr, calibration))})", hint="name the arrays after the model's inputs")
+        raise BadInputError(f"--calibration has no array for input(s) {listing(missing)} (it holds "
+                            f"{listing(calibration)})", hint="name the arrays after the model's inputs")
     per_input = {}
     for name, dims in inputs.items():
         dims = list(dims)

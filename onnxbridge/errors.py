@@ -31,6 +31,10 @@ class TooLargeError(BadInputError):
     """A tensor or a run would exceed a size limit (``onnxbridge.budget``)."""
 
 
+class TimedOut(BadInputError):
+    """The run's time budget ran out (``onnxbridge.deadline``): the model never finishes, or needs more time."""
+
+
 class ExportError(OnnxBridgeError):
     """The source framework failed to export the model."""
 
@@ -75,6 +79,13 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     text = lines[0] if lines else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def listing(names, shown: int = 5) -> str:
+    """``names`` quoted for a one-line message: the first ``shown``, then how many more (a file may hold 60,000)."""
+    names = list(names)
+    text = ", ".join(map(repr, names[:shown]))
+    return f"{text} ... and {len(names) - shown:,} more" if len(names) > shown else text
 
 
 class NativeCrash(OnnxBridgeError):

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +39,29 @@ def writing(path: str | Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise BadInputError(f"cannot write '{path}': {exc.strerror or exc}") from None
+
+
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def regular(path: str | Path, what: str, *, folder: bool = False) -> Path:
+    """``path`` if it is a regular file (with ``folder``: or a folder), checked before anything reads it: a device,
+    FIFO or socket, or a link to one, would hang a reader or never end. ``what`` names it in the one-line error."""
+    p = Path(path)
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
+        if os.path.islink(p):
+            raise BadInputError(f"{what} '{p}' is a symbolic link to '{os.readlink(p)}', which does not exist") from None
+        raise BadInputError(f"{what} '{p}' does not exist") from None
+    except OSError as exc:
+        raise BadInputError(f"cannot read {what} '{p}': {exc.strerror or exc}") from None
+    if stat.S_ISREG(mode) or (folder and stat.S_ISDIR(mode)):
+        return p
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    target = f" (it leads to '{os.path.realpath(p)}')" if os.path.islink(p) else ""
+    raise BadInputError(f"{what} '{p}' is {kind}{target}, not a {'file or folder' if folder else 'file'}")
 
 
 def _owned_prefix(prefix: str) -> str:
@@ -502,6 +526,19 @@ def _save(model: "onnx.ModelProto", path: Path, base: Path | None, external_data
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+def place_onnx(staged: Path, output: Path, files: list[str]) -> None:
+    """Move an ONNX model staged with its external data ``files`` (names beside it) over ``output``: the data first,
+    then the model that names it; ``<output>.data`` that the replaced model used and this one does not goes."""
+    side = output.parent / f"{output.name}.data"
+    with writing(output):
+        stale = side.name not in files and side.exists() and _uses_file(output, side.name)
+        for name in files:
+            place(staged.parent / name, output.parent / name)
+        place(staged, output)
+        if stale:
+            side.unlink()
 
 
 def detach_weights(model: "onnx.ModelProto", base_dir: Path | None, folder: Path) -> tuple["onnx.ModelProto", Path | None]:

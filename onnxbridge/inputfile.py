@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Sequence
 
-from onnxbridge.errors import BadInputError
+from onnxbridge.errors import BadInputError, OnnxBridgeError, TooLargeError, first_line
+from onnxbridge.fileio import regular
 from onnxbridge.specs import DynamicAxis, Sample, reseed, vary_dynamic
 
 if TYPE_CHECKING:
@@ -51,6 +52,98 @@ def calibration_for(src: "SourceModel", batches: int, *, batch: int | None = Non
     return {name: np.stack([s.feeds[name] for s in drawn]) for name in drawn[0].feeds}
 
 
+_HEADER_ROOM = 2**14  # an .npy member's bytes beyond its data: magic, version, header (numpy reads up to 10,000)
+
+
+def load_npz(path: str | Path) -> dict[str, "np.ndarray"]:
+    """Named arrays from a .npz file or a folder of .npy files (``--inputs``, ``--calibration``). Sizes are checked
+    before data is read: an archive's declared member sizes against the tensor limit and their sum against the
+    memory limit, then each array's declared shape against the tensor limit (``onnxbridge.budget``); an array's data
+    is read only up to the size its header declares. A small file cannot unpack to gigabytes."""
+    import zipfile
+
+    p = regular(path, "the inputs file", folder=True)
+    try:
+        arrays = _read_folder(p) if p.is_dir() else _read_archive(p)
+    except zipfile.BadZipFile:
+        raise _not_an_archive(p) from None
+    except OnnxBridgeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - numpy's, zipfile's and zlib's errors on a damaged file: one line
+        raise BadInputError(f"cannot read inputs '{p}': {first_line(exc)}") from None
+    if not arrays:
+        raise BadInputError(f"inputs '{p}' holds no arrays")
+    return arrays
+
+
+def _read_folder(folder: Path) -> dict[str, "np.ndarray"]:
+    """The .npy files of ``folder``, by name without the suffix."""
+    arrays = {}
+    for f in sorted(folder.glob("*.npy")):
+        with open(regular(f, "the inputs file"), "rb") as stream:
+            arrays[f.stem] = _read_npy(stream, f"'{f}'")
+    return arrays
+
+
+def _read_archive(path: Path) -> dict[str, "np.ndarray"]:
+    """The .npy members of a zip archive (what np.savez writes), by name without the suffix."""
+    import zipfile
+
+    arrays = {}
+    with zipfile.ZipFile(path) as archive:
+        members = [m for m in archive.infolist() if not m.is_dir()]
+        _check_declared(path, members)
+        for m in members:
+            name = m.filename[:-4] if m.filename.endswith(".npy") else m.filename  # np.load's names
+            with archive.open(m) as stream:
+                arrays[name] = _read_npy(stream, f"'{path.name}': array '{name}'")
+    return arrays
+
+
+def _check_declared(path: Path, members: list) -> None:
+    """Refuse an archive whose zip directory declares a member over the tensor limit, or members that together
+    exceed the memory limit (the sizes a zip bomb declares; the bytes are not read)."""
+    from onnxbridge.budget import MEMORY_ENV, TENSOR_ENV, _size, memory_limit, tensor_limit
+
+    limit, hint = tensor_limit(), f"set {TENSOR_ENV} to raise it if this is intended"
+    for m in members:
+        if m.file_size > limit + _HEADER_ROOM:
+            raise TooLargeError(f"'{path.name}': member '{m.filename}' would unpack to {_size(m.file_size)}, over the "
+                                f"{_size(limit)} tensor limit", hint=hint)
+    total, memory = sum(m.file_size for m in members), memory_limit()
+    if memory is not None and total > memory:
+        raise TooLargeError(f"'{path.name}': its {len(members):,} members would unpack to {_size(total)}, over the "
+                            f"{_size(memory)} memory limit", hint=f"set {MEMORY_ENV} to raise it if this is intended")
+
+
+def _read_npy(stream: BinaryIO, what: str) -> "np.ndarray":
+    """The array in the .npy ``stream`` (named ``what`` in errors): its header first, checked against the tensor
+    limit, then, read again from the start, exactly the data the header declares."""
+    from numpy.lib import format as npy
+
+    from onnxbridge.budget import check_tensor
+
+    try:
+        version = npy.read_magic(stream)
+    except ValueError:
+        raise BadInputError(f"{what} is not an .npy array") from None
+    header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0  # 3.0: 2.0's layout
+    shape, _, dtype = header(stream)
+    check_tensor(what, shape, dtype.itemsize)
+    stream.seek(0)
+    return npy.read_array(stream, allow_pickle=False)
+
+
+def _not_an_archive(path: Path) -> BadInputError:
+    """The error for a file that is no zip archive: a single .npy array named .npz is the common case."""
+    with open(path, "rb") as f:
+        npy = f.read(6) == b"\x93NUMPY"
+    what = "a single .npy array" if npy else "not a zip archive"
+    return BadInputError(f"inputs '{path}' is {what}, not an .npz archive",
+                         hint="save the arrays with np.savez(path, NAME=array, ...), named after the model's inputs, "
+                              "or give a folder of NAME.npy files")
+
+
 RANDOM_MARK = "onnxbridge inputs, random: "  # the .npz's ZIP comment when its batches were drawn at random
 
 
@@ -80,6 +173,8 @@ def random_origin(path: str | Path) -> str | None:
     folder of .npy, unreadable)."""
     import zipfile
 
+    if not Path(path).is_file():
+        return None  # a folder of .npy, or no regular file (a FIFO would block the read)
     try:
         with zipfile.ZipFile(path) as archive:
             comment = archive.comment.decode("utf-8", "replace")

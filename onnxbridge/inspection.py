@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from onnxbridge.fileio import external_files, iter_tensors, load_onnx, subgraphs, tensor_nbytes
+from onnxbridge.renderers.text import console_markup  # names from the model: shown, never sent
 
 if TYPE_CHECKING:
     import onnx
@@ -120,13 +121,10 @@ def summarize(model: "str | Path | onnx.ModelProto | bytes") -> dict:
 
 
 def _shape(s) -> str:
-    from rich.markup import escape
-
-    return "?" if s is None else escape("[" + ", ".join("?" if d is None else str(d) for d in s) + "]")
+    return "?" if s is None else console_markup("[" + ", ".join("?" if d is None else str(d) for d in s) + "]")
 
 
 def _io_table(info: dict):
-    from rich.markup import escape
     from rich.table import Table
 
     io = Table("", "name", "dtype", "shape", title="inputs / outputs", title_justify="left")
@@ -134,57 +132,52 @@ def _io_table(info: dict):
         for v in info.get(kind, []):
             shape = _shape(v["shape"]) if "shape_range" not in v else \
                 "[" + ", ".join(str(lo) if lo == hi else f"{lo}..{hi}" for lo, hi in v["shape_range"]) + "]"
-            io.add_row(kind[:-1], escape(v["name"]), escape(str(v["dtype"])), shape)
+            io.add_row(kind[:-1], console_markup(v["name"]), console_markup(str(v["dtype"])), shape)
     return io
 
 
 def _ops_table(ops: dict):
-    from rich.markup import escape
     from rich.table import Table
 
     table = Table("op", "count", title="ops", title_justify="left")
     for op, n in ops.items():
-        table.add_row(escape(op), str(n))
+        table.add_row(console_markup(op), str(n))
     return table
 
 
 def render(info: dict, console) -> None:
     """An ``inspect`` result for the terminal: ONNX summaries, or any backend's artifact facts."""
-    from rich.markup import escape
-
     if "format" in info and info["format"] != "onnx":
         return render_artifact(info, console)
     opsets = ", ".join(f"{k} {v}" for k, v in info["opsets"].items())
-    console.print(f"[bold]{escape(str(info['path']))}[/]  IR {info['ir_version']}, opset {escape(opsets)}, "
-                  f"producer {escape(info['producer'])}")
+    console.print(f"[bold]{console_markup(str(info['path']))}[/]  IR {info['ir_version']}, "
+                  f"opset {console_markup(opsets)}, producer {console_markup(info['producer'])}")
     console.print(f"{info['nodes']} nodes, {info['parameters']:,} parameters ({info['parameter_bytes']:,} bytes)")
     console.print(_io_table(info))
     console.print(_ops_table(info["ops"]))
     for e in info["external_data"]:
         state = f"{e['bytes']:,} bytes" if e["exists"] else "[red]missing[/]"
-        console.print(f"external data: {escape(e['location'])} ({state})")
+        console.print(f"external data: {console_markup(e['location'])} ({state})")
     _metadata(info["metadata"], console)
 
 
 def _metadata(metadata: dict, console) -> None:
     """Metadata lines, each value cut to SHOWN_CHARS and at most SHOWN_METADATA of them."""
-    from rich.markup import escape
-
     for k, v in list(metadata.items())[:SHOWN_METADATA]:
-        console.print(f"[dim]{escape(_cut(k))}: {escape(_cut(v))}[/]", overflow="fold")
+        console.print(f"[dim]{console_markup(_cut(k))}: {console_markup(_cut(v))}[/]", overflow="fold")
     if len(metadata) > SHOWN_METADATA:
         console.print(f"[dim]... {len(metadata) - SHOWN_METADATA:,} more metadata entries (--json has all)[/]")
 
 
 def render_artifact(info: dict, console) -> None:
     """A backend artifact's facts: scalars as lines, I/O and ops as tables, other lists of rows as tables."""
-    from rich.markup import escape
     from rich.table import Table
 
-    console.print(f"[bold]{escape(str(info['path']))}[/]  {escape(str(info['format']))}")
+    console.print(f"[bold]{console_markup(str(info['path']))}[/]  {console_markup(str(info['format']))}")
     for key, value in info.items():
         if key not in ("path", "format") and isinstance(value, (str, int, float, bool)):
-            console.print(f"{escape(key.replace('_', ' '))}: {escape(_cut(str(value)))}", overflow="fold")
+            console.print(f"{console_markup(key.replace('_', ' '))}: {console_markup(_cut(str(value)))}",
+                          overflow="fold")
     console.print(_io_table(info))
     if isinstance(info.get("ops"), dict):
         console.print(_ops_table(info["ops"]))
@@ -192,7 +185,7 @@ def render_artifact(info: dict, console) -> None:
         if key in ("inputs", "outputs") or not isinstance(rows, list) or not rows or not isinstance(rows[0], dict):
             continue
         columns = list(dict.fromkeys(k for row in rows for k in row))
-        table = Table(*map(escape, columns), title=escape(key.replace("_", " ")), title_justify="left")
+        table = Table(*map(console_markup, columns), title=console_markup(key.replace("_", " ")), title_justify="left")
         for row in rows:
             table.add_row(*(_cell(row.get(c)) for c in columns))
         console.print(table)
@@ -203,10 +196,8 @@ def _cut(text: str) -> str:
 
 
 def _cell(value) -> str:
-    from rich.markup import escape
-
     if value is None:
         return "-"
     if isinstance(value, (list, tuple)) and all(isinstance(d, (int, type(None))) for d in value):
         return _shape(value)
-    return escape(_cut(str(value)))
+    return console_markup(_cut(str(value)))

@@ -10,13 +10,17 @@ that lacks a required member (the plugin is unusable, exit 3), so a half-written
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
+from onnxbridge.errors import BadInputError, OnnxBridgeError
 from onnxbridge.registry import Registry
 from onnxbridge.specs import DynamicAxis, InputSpec, Sample, TensorSpec
 
@@ -48,6 +52,7 @@ class SourceModel(ABC):
     framework: str = ""  # distribution name, for versions in reports
     converter: str = ""  # distribution name of the exporter it uses (e.g. "tf2onnx"), if not the framework
     kind: str = ""  # what was loaded, e.g. "nn.Module", "torch.export .pt2"
+    runs_in: str = "this process"  # where ``run`` computes the references ("the worker process": native code there)
     description: str = ""
     input_specs: list[TensorSpec]
     sample: Sample | None = None
@@ -195,6 +200,61 @@ def module_of(backend: str) -> ModuleType:
     """The backend's module, imported even when its toolchain is missing (module imports are light; ``inspect`` of
     a DLC needs none, and the others raise ``UnavailableError`` themselves)."""
     return importlib.import_module(BACKENDS.plugin(backend).module)
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit: the place, not the model
+
+
+@contextlib.contextmanager
+def native_writes(folder: Path, what: str, hint: str | None = None) -> Iterator[None]:
+    """A backend's native writer (OpenVINO's serializer, coremltools' MIL file writer) writing under ``folder``:
+    its errors say nothing of the system's reason ("basic_ios::clear: iostream error", "Unknown error occurred
+    while writing", shutil's list of failed copies). When the block fails and ``folder`` cannot take more bytes,
+    BadInputError "cannot write WHAT: <the system's reason>" (``fileio.writing``'s wording, with ``hint``); any
+    other failure, and our own errors, are raised as they were."""
+    try:
+        yield
+    except OnnxBridgeError:
+        raise
+    except Exception:
+        reason = cannot_grow(folder)
+        if reason is None:
+            raise
+        raise BadInputError(f"cannot write {what}: {reason}", hint=hint) from None
+
+
+def cannot_grow(folder: Path, probe: int = 1 << 16) -> str | None:
+    """Why ``folder`` cannot take more bytes (the system's reason, for a full disk, a quota or a file size limit),
+    or None: it can, something else stops it, or it is gone. The largest file under it (what a writer left half
+    written met the limit) grows by ``probe`` bytes, or a new file where the writer removed its files, and by one
+    byte at the file size limit (sparse); then it is cut back."""
+    import resource
+    import tempfile
+
+    files = [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()] if folder.is_dir() else []
+    try:
+        if files:
+            fd, made = os.open(max(files, key=lambda p: p.stat().st_size), os.O_WRONLY), None
+        else:
+            fd, made = tempfile.mkstemp(dir=folder, prefix=".onnxbridge-probe-")
+        try:
+            size, data = os.lseek(fd, 0, os.SEEK_END), memoryview(bytes(probe))
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+                limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+                if limit != resource.RLIM_INFINITY:
+                    os.pwrite(fd, b"\0", limit)
+            finally:
+                os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+            if made:
+                os.unlink(made)
+    except OSError as exc:
+        return exc.strerror if exc.errno in FULL else None
+    return None
 
 
 def for_file(path) -> str | None:

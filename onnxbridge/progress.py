@@ -24,10 +24,18 @@ class Progress:
 
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[None]:
-        if not self.enabled:
-            yield
-            return
-        t0 = time.perf_counter()
-        with self.console.status(f"{text}..."):
-            yield
-        self.console.print(f"[green]done[/] {text} [dim]({time.perf_counter() - t0:.1f}s)[/]")
+        """Show ``text`` while the block runs; the run's time budget names it if it runs out there."""
+        from onnxbridge import deadline
+
+        deadline.check()
+        with deadline.doing(text):
+            if not self.enabled:
+                yield
+                return
+            from onnxbridge.renderers.text import console_markup
+
+            shown = console_markup(text)  # titles hold file names: never markup, never terminal controls
+            t0 = time.perf_counter()
+            with self.console.status(f"{shown}..."):
+                yield
+        self.console.print(f"[green]done[/] {shown} [dim]({time.perf_counter() - t0:.1f}s)[/]")

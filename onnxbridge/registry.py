@@ -32,6 +32,24 @@ class Plugin:
     def install_hint(self) -> str | None:
         return self.install or (f"pip install 'onnxbridge[{self.extra}]'" if self.extra else None)
 
+    def unavailable(self, module: str, exc: BaseException) -> UnavailableError:
+        """The error (exit 3, with the install hint) for the toolchain ``module`` this plugin needs, whose import
+        raised ``exc``: not installed, or installed but broken."""
+        from onnxbridge.errors import first_line
+
+        what = module if module == self.name else f"{module} (for {self.name})"
+        return UnavailableError(f"{what} cannot be imported here ({type(exc).__name__}: {first_line(exc)})",
+                                hint=self.install_hint())
+
+    def import_toolchain(self, module: str) -> ModuleType:
+        """``module`` (what the plugin runs, e.g. openvino) imported, or ``unavailable``'s error. Backends import
+        their toolchain through this (or raise ``unavailable`` themselves) before using it, so a missing one is exit
+        3 with the hint in every command, never an ImportError."""
+        try:
+            return importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - ImportError, or a broken install's own error at import
+            raise self.unavailable(module, exc) from None
+
 
 def dist_version(dist: str) -> str | None:
     try:

@@ -135,15 +135,17 @@ def source_kind(hop: dict) -> str:
     return "adapted node" if side.startswith("onnx@") else "source"
 
 
-def localization_summary(hop: dict, quote: Callable[[str], str] = str) -> str | None:
+def localization_summary(hop: dict, quote: Callable[[str], str] = str,
+                         text: Callable[[str], str] = str) -> str | None:
     """One line on a hop's ``localization``: the first divergent node, its source name and error, the runs it
     took; or why localization was skipped. None when the hop has no localization. ``quote`` formats the names
-    that come from the user's model (node, output, source), e.g. as Markdown code spans."""
+    that come from the user's model (node, output, source), e.g. as Markdown code spans; ``text`` the free text
+    around them (op type, error, reason), e.g. escaped for Markdown."""
     loc = hop.get("localization")
     if not loc:
         return None
     if "skipped" in loc:
-        return f"localization skipped: {loc['skipped']}"
+        return f"localization skipped: {text(loc['skipped'])}"
     runs = loc.get("runs")
     cost = f"{runs} run{'s' if runs != 1 else ''}" if runs is not None else None
     first = loc.get("first_divergent")
@@ -151,7 +153,7 @@ def localization_summary(hop: dict, quote: Callable[[str], str] = str) -> str | 
         traced = loc.get("compared", len(loc.get("trace") or ()))
         return "; ".join(filter(None, [f"localization found no divergent node among {traced} traced tensor(s)", cost]))
     output = f"output {quote(first['output'])}" if first.get("output") else None
-    where = [", ".join(filter(None, [first.get("op"), output]))]
+    where = [", ".join(filter(None, [first.get("op") and text(first["op"]), output]))]
     if first.get("source"):
         where.append(f"{source_kind(hop)} {quote(first['source'])}")
     err = first.get("error") or {}
@@ -167,7 +169,7 @@ def localization_summary(hop: dict, quote: Callable[[str], str] = str) -> str | 
     line = f"first divergent node: {quote(first['node'])} ({'; '.join(filter(None, where))})"
     if first.get("inputs_ok") is False:
         line += " (its inputs already differ)"
-    return "; ".join(filter(None, [", ".join(filter(None, [line, error])), cost]))
+    return "; ".join(filter(None, [", ".join(filter(None, [line, error and text(error)])), cost]))
 
 
 def nonfinite_text(m: dict) -> str | None:
@@ -329,8 +331,9 @@ def dynamic_axes_text(hop: dict) -> str | None:
 def render(report: dict, console) -> None:
     """A terminal summary of the hops (rich): per hop its tolerance rule, per output max abs, cosine and SNR, on a
     failure the check that failed and the budget, warm latency only when it was timed."""
-    from rich.markup import escape
     from rich.table import Table
+
+    from onnxbridge.renderers.text import console_markup as escape  # control characters shown, not sent
 
     for hop in report["hops"]:
         tol = hop.get("tolerance") or {}

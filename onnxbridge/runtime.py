@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
-from onnxbridge.errors import BadInputError, UnsupportedError
+from onnxbridge.errors import BadInputError, UnsupportedError, listing
 from onnxbridge.specs import TensorSpec
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ def match_feeds(names: list[str], feeds: Mapping[str, "np.ndarray"]) -> dict[str
     if not any(n in feeds for n in names) and len(feeds) == len(names):
         return dict(zip(names, feeds.values()))
     missing = [n for n in names if n not in feeds]
-    raise BadInputError(f"inputs do not match the ONNX model: missing {missing}; model inputs are {names}, "
-                        f"given {list(feeds)}")
+    raise BadInputError(f"inputs do not match the ONNX model: missing {listing(missing)}; model inputs are "
+                        f"{listing(names)}, given {listing(feeds)}")
 
 
 def run(sess: "onnxruntime.InferenceSession", feeds: Mapping[str, "np.ndarray"]) -> list["np.ndarray"]:

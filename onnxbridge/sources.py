@@ -4,12 +4,14 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from onnxbridge.errors import BadInputError, first_line
+from onnxbridge.errors import BadInputError, TimedOut, first_line
+from onnxbridge.fileio import regular
 
 _FACTORY = re.compile(r"^(?P<mod>[^:]+\.py|[A-Za-z_][\w.]*):(?P<fn>[A-Za-z_]\w*)$")
 
@@ -25,9 +27,7 @@ def call_factory(spec: str) -> tuple[Any, Any]:
     mod_name, fn_name = m["mod"], m["fn"]
     try:
         if mod_name.endswith(".py"):
-            path = Path(mod_name)
-            if not path.exists():
-                raise BadInputError(f"factory file '{path}' does not exist")
+            path = regular(mod_name, "factory file")
             name = f"onnxbridge_user_{abs(hash(path.resolve()))}"
             spec_ = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec_)
@@ -37,6 +37,8 @@ def call_factory(spec: str) -> tuple[Any, Any]:
             module = importlib.import_module(mod_name)
     except BadInputError:
         raise
+    except SystemExit as exc:  # the module's own code: never the end of this run, nor a silent exit 0
+        raise BadInputError(f"importing '{mod_name}' for the factory '{spec}' called {exit_call(exc)}") from None
     except Exception as exc:
         raise BadInputError(f"cannot import '{mod_name}': {type(exc).__name__}: {first_line(exc)}") from None
     fn = getattr(module, fn_name, None)
@@ -44,6 +46,10 @@ def call_factory(spec: str) -> tuple[Any, Any]:
         raise BadInputError(f"'{mod_name}' has no callable '{fn_name}'")
     try:
         result = fn()
+    except TimedOut:  # the run's time budget, not the factory's error
+        raise
+    except SystemExit as exc:
+        raise BadInputError(f"the factory '{spec}' called {exit_call(exc)}") from None
     except Exception as exc:
         raise BadInputError(f"factory '{spec}' raised {type(exc).__name__}: {first_line(exc)}") from None
     if isinstance(result, tuple) and len(result) == 2:
@@ -51,10 +57,17 @@ def call_factory(spec: str) -> tuple[Any, Any]:
     return result, None
 
 
+def exit_call(exc: SystemExit) -> str:
+    """The call that raised ``exc``, as the user's code wrote it: ``sys.exit(0)``, ``sys.exit()``."""
+    return f"sys.exit({'' if exc.code is None else repr(exc.code)})"
+
+
 def pick_frontend(source: Any, from_: str | None) -> str:
     """The frontend name for ``source``: ``from_`` if given, else the first that accepts it."""
     from onnxbridge.plugins import FRONTENDS
 
+    if isinstance(source, (str, Path)) and os.path.lexists(source):
+        regular(source, "the source model", folder=True)  # before a frontend's ``accepts`` reads it
     if from_:
         FRONTENDS.plugin(from_)
         return from_

@@ -202,23 +202,11 @@ def random_sample(specs: Sequence[TensorSpec], seed: int = 0, fill: int = 1) -> 
 
 
 def load_npz(path: str | Path) -> dict[str, "np.ndarray"]:
-    """Named arrays from a .npz file or a directory of .npy files."""
-    import numpy as np
+    """Named arrays from a .npz file or a directory of .npy files, size-checked before reading
+    (``onnxbridge.inputfile.load_npz``, which reads every inputs file)."""
+    from onnxbridge.inputfile import load_npz as load
 
-    p = Path(path)
-    if not p.exists():
-        raise BadInputError(f"inputs file '{p}' does not exist")
-    try:
-        if p.is_dir():
-            arrays = {f.stem: np.load(f, allow_pickle=False) for f in sorted(p.glob("*.npy"))}
-        else:
-            with np.load(p, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-    except Exception as exc:
-        raise BadInputError(f"cannot read inputs '{p}': {exc}") from None
-    if not arrays:
-        raise BadInputError(f"inputs '{p}' holds no arrays")
-    return arrays
+    return load(path)
 
 
 def reseed(sample: Sample, seed: int) -> Sample:

@@ -7,7 +7,9 @@
 """
 from __future__ import annotations
 
+import copy
 import gc
+import os
 import re
 import time
 from contextlib import contextmanager
@@ -15,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from onnxbridge import arguments, wellformed
+from onnxbridge import arguments, deadline, wellformed
 from onnxbridge import report as reports
-from onnxbridge.errors import BadInputError, UnsupportedError, ValidationFailed
+from onnxbridge.errors import BadInputError, OnnxBridgeError, UnsupportedError, ValidationFailed, listing
 from onnxbridge.fileio import output_lock, workdir, write_json
 from onnxbridge.progress import Progress
 from onnxbridge.registry import dist_version
@@ -168,8 +170,8 @@ def _check_input_keys(arrays: dict, names: Sequence[str]) -> None:
     positional = [f"arr_{i}" for i in range(len(names))]
     unknown = [k for k in arrays if k not in names]
     if unknown and sorted(arrays) != sorted(positional):
-        raise BadInputError(f"--inputs holds array(s) {', '.join(map(repr, unknown))} that name no input; the "
-                            f"model's inputs are {', '.join(map(repr, names))}")
+        raise BadInputError(f"--inputs holds array(s) {listing(unknown)} that name no input; the "
+                            f"model's inputs are {listing(names)}")
 
 
 def _check_dynamic(src: "SourceModel", onnx_inputs: Sequence[TensorSpec]) -> list[str]:
@@ -264,7 +266,7 @@ def _onnx_inputs(path: Path) -> list[TensorSpec]:
 def _source_ran(src: "SourceModel") -> str:
     """What runs the source model for the references, in words."""
     version = dist_version(src.framework)
-    return f"{src.framework}{' ' + version if version else ''} ({src.kind}), in this process"
+    return f"{src.framework}{' ' + version if version else ''} ({src.kind}), in {src.runs_in}"
 
 
 def _shown(path: Path) -> str:
@@ -453,6 +455,7 @@ def _onnx_hop(before: tuple[Path, int], got, opset: int, samples: list[Sample], 
     return validate_hop(f"onnx@{have}", f"onnx@{opset}", ref, got, samples, got.output_names, tol, source=source)
 
 
+@deadline.bounded
 def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, output: str | Path | None = None,
             opset: int | None = None, dynamic: Any = None, validate: bool = True, inputs: Any = None,
             input_shapes: Sequence[str | TensorSpec] = (), input_names: Sequence[str] | None = None,
@@ -460,7 +463,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, ou
             trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
             latency_runs: int = 0, seed: int = 0, external_data: bool | None = None, report: str | Path | None = None,
             progress: bool = False, target: str | None = None, renderers: dict | None = None,
-            localize: bool | str | None = None, optimize: bool | str = False, **options: Any) -> ConversionResult:
+            localize: bool | str | None = None, optimize: bool | str = False, timeout: float | None = None,
+            **options: Any) -> ConversionResult:
     """Convert ``source`` to ONNX at exactly ``opset``, write it atomically and validate it.
 
     ``source``: a live model (nn.Module, ExportedProgram, ScriptModule, ModelProto), a file path, or
@@ -478,7 +482,8 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, ou
     ``localize``: on a failed hop, find the first node whose output diverges (``hop["localization"]``): True or
     "auto" for failed hops, "on" for every hop, False/None (default) for none. ``optimize``: simplify the graph
     (onnxbridge.optimize: True or "default", or "basic") and validate the result against the unoptimized graph as a
-    hop of its own (``artifact["optimization"]`` records what was removed).
+    hop of its own (``artifact["optimization"]`` records what was removed). ``timeout``: seconds the whole call may
+    take (default ``ONNXBRIDGE_TIMEOUT_S``, else 3600; 0: no limit), then TimedOut (exit 2) naming the step.
     """
     arguments.check({**locals(), **options})
     run = _Conversion.plan(source, sample_inputs, to=to, output=output, opset=opset, dynamic=dynamic,
@@ -527,7 +532,7 @@ class _Conversion:
     optimize: str | None = None  # the optimizer's level, None for none
     optimization: dict | None = None  # what the optimizer removed (artifact["optimization"])
     timings: dict = field(default_factory=dict)
-    written: list = field(default_factory=list)  # what is at the output paths: removed if the run ends in an error
+    staged: Path | None = None  # where the artifact is built and validated before ``deliver`` places it at -o
     planned_notes: list = field(default_factory=list)  # notes decided by ``plan``, added to the report at load
 
     @classmethod
@@ -602,32 +607,87 @@ class _Conversion:
                 from onnxbridge.worker import prewarm
 
                 prewarm()  # the worker imports onnxruntime while the exporter runs
-            try:
-                with workdir() as scratch:
-                    exported = self.export(src, scratch)
-                    if not self.validate:
-                        _let_go(src)  # nothing runs the source model again: its weights can go now
-                    model, base_dir, before = self.finalize(src, exported, scratch)
-                    model, unoptimized = self.optimize_graph(model, base_dir, scratch)
-                    model, full = self.reduce_precision(model, base_dir, scratch)
-                    dest = self.write(model, base_dir, scratch)
-                    del model
-                    reference, built = self.build(src, dest, scratch)
-                    if self.validate:
-                        self.check(src, reference, before, built, unoptimized, full)
-                    if self.out_path is None:
-                        from onnxbridge.fileio import load_onnx
+            with workdir() as scratch, self._staging():
+                exported = self.export(src, scratch)
+                if not self.validate:
+                    _let_go(src)  # nothing runs the source model again: its weights can go now
+                model, base_dir, before = self.finalize(src, exported, scratch)
+                model, unoptimized = self.optimize_graph(model, base_dir, scratch)
+                model, full = self.reduce_precision(model, base_dir, scratch)
+                dest = self.write(model, base_dir, scratch)
+                del model
+                reference, built = self.build(src, dest, scratch)
+                if self.validate:
+                    self.check(src, reference, before, built, unoptimized, full)
+                if self.out_path is None:
+                    from onnxbridge.fileio import load_onnx
 
-                        in_memory = load_onnx(dest, load_external_data=True)
-                    _release()
-            except BaseException:
-                _remove(self.written)
-                raise
-            self.timings["total_s"] = time.perf_counter() - t0
-            self.rep["timings"] = {k: round(v, 4) for k, v in self.timings.items()}
-            reports.finish(self.rep, validated=self.validate)
-            _write_reports(self.rep, self.report_path, self.renderers)
+                    in_memory = load_onnx(dest, load_external_data=True)
+                _release()
+                self.timings["total_s"] = time.perf_counter() - t0
+                self.rep["timings"] = {k: round(v, 4) for k, v in self.timings.items()}
+                reports.finish(self.rep, validated=self.validate)
+                self.deliver()
         return ConversionResult(self.out_path, in_memory, self.rep)
+
+    @contextmanager
+    def _staging(self):
+        """A folder beside -o, named for this run, where the artifact is written, built and validated
+        (``self.staged``); ``deliver`` places it. Removed after, whatever happened: a run that fails or is killed
+        leaves the output as it was (a later run removes a killed run's folder)."""
+        import shutil
+
+        from onnxbridge.fileio import staging_folder, writing
+
+        if self.out_path is None:
+            yield
+            return
+        with writing(self.out_path):
+            folder = staging_folder(self.out_path)
+        self.staged = folder / self.out_path.name
+        try:
+            yield
+        except OnnxBridgeError as exc:  # a message names the output, not the folder it was built in
+            text = str(exc)
+            shown = self._outside(text)
+            if shown == text:
+                raise
+            renamed = copy.copy(exc)
+            renamed.args = (shown, *exc.args[1:])
+            raise renamed from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _outside(self, text: str) -> str:
+        """``text`` with the staging folder's paths as the output's (messages and reports name where files go)."""
+        folder = self.staged.parent
+        beside = "" if str(self.out_path.parent) == "." else str(self.out_path.parent) + os.sep
+        for staged, out in ((self.staged, self.out_path), (folder.resolve() / self.staged.name, self.out_path.resolve())):
+            text = text.replace(str(staged), str(out))
+        return text.replace(str(folder.resolve()) + os.sep, str(self.out_path.parent.resolve()) + os.sep) \
+            .replace(str(folder) + os.sep, beside)
+
+    def deliver(self) -> None:
+        """Put the validated artifact and its reports in place, so a path never holds a model its report does not
+        describe: the old reports go first, then the artifact's files (external data and companions before the
+        file that names them), then the new reports. Run by the process holding the output's lock, never by the
+        worker, which only writes into the staging folder."""
+        from onnxbridge.fileio import place, place_onnx, writing
+
+        if self.out_path is not None:
+            self.rep = _map_strings(self.rep, self._outside)
+            for old in [self.report_path, *(self.renderers or {}).values()]:
+                if old is not None and Path(old).is_file():
+                    with writing(old):
+                        Path(old).unlink()
+            if getattr(self.backend, "ONNX_ARTIFACT", False):
+                place_onnx(self.staged, self.out_path, self.rep["artifact"]["external_data"])
+            else:
+                for companion in _companions(self.backend, self.staged):
+                    if companion.exists():
+                        place(companion, self.out_path.parent / companion.name)
+                place(self.staged, self.out_path)
+        _write_reports(self.rep, self.report_path, self.renderers)
 
     def load(self) -> "SourceModel":
         """Load the source with its frontend; every name the user gave is checked against what it loaded."""
@@ -723,15 +783,15 @@ class _Conversion:
         from onnxbridge.fileio import save_onnx
 
         at_output = self.out_path is not None and getattr(self.backend, "ONNX_ARTIFACT", False)
-        dest = self.out_path if at_output else scratch / "model.onnx"
+        dest = self.staged if at_output else scratch / "model.onnx"
         with self._stage("write", f"Writing {dest.name}"):
             # the weights in this run's scratch folder are linked to the output, not copied, where they can be
             files = save_onnx(model, dest, base_dir=base_dir, external_data=self.external_data,
                               check=builder.check_file,
                               movable=base_dir is not None and scratch in (base_dir, *base_dir.parents))
-            if at_output:
-                self.written += [dest, *(dest.parent / f for f in files)]
         self.rep["artifact"] = _artifact(dest, "onnx", model, files)
+        if at_output:
+            self.rep["artifact"]["path"] = str(self.out_path)
         if self.optimize is not None:
             self.rep["artifact"]["optimization"] = self.optimization
         return dest
@@ -749,17 +809,13 @@ class _Conversion:
                                sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
                                calibration=load_npz(self.calibration) if self.calibration is not None else None,
                                workdir=scratch, progress=RelayedProgress(self.steps.enabled))
-        files = [self.out_path, *_companions(self.backend, self.out_path)]
-        there = [_identity(f) for f in files]
+        files = [self.staged, *_companions(self.backend, self.staged)]
         with self._stage("backend", f"Building the {self.to} model"):
-            try:
-                built = call(f"{self.backend.__name__}:build", (dest, self.out_path),
-                             {"target": self.target, "precision": self.precision, "context": context,
-                              **self.backend_options},
-                             step=f"building the {self.to} model {self.out_path.name}", library=_library(self.to),
-                             progress=self.steps)
-            finally:  # a build that placed its artifact and then failed (or crashed) leaves nothing behind
-                self.written += [f for f, before in zip(files, there) if _identity(f) != before]
+            built = call(f"{self.backend.__name__}:build", (dest, self.staged),
+                         {"target": self.target, "precision": self.precision, "context": context,
+                          **self.backend_options},
+                         step=f"building the {self.to} model {self.out_path.name}", library=_library(self.to),
+                         progress=self.steps)
             if not isinstance(built, BuildResult):
                 raise TypeError(f"backend '{self.to}': build() returned {type(built).__name__}, not a BuildResult")
         self.rep["warnings"] += built.warnings
@@ -774,7 +830,7 @@ class _Conversion:
         if built.precision:
             artifact["precision"] = {"requested": self.precision, **built.precision}
         self.rep["artifact"] = artifact
-        return (self.out_path if built.same_graph else dest), built
+        return (self.staged if built.same_graph else dest), built
 
     def check(self, src: "SourceModel", reference: Path, before, built, unoptimized: Path | None = None,
               full: Path | None = None) -> None:
@@ -820,7 +876,7 @@ class _Conversion:
                     computes=self.precision))
                 del written
             if built is not None and not built.same_graph:
-                self.rep["hops"].append(_backend_hop(self.to, onnx_runner, reference, self.out_path, used, self.tol,
+                self.rep["hops"].append(_backend_hop(self.to, onnx_runner, reference, self.staged, used, self.tol,
                                                      built.runner, source, self.latency_runs, self.precision))
             del onnx_runner
         if self.localize == "off":
@@ -843,7 +899,7 @@ class _Conversion:
                         self.steps)
                 else:
                     localizing.attach(h, self.localize, lambda h=h: localizing.onnx_to_backend(
-                        self.to, reference, self.out_path, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
+                        self.to, reference, self.staged, _used_by(h, used), localizing.tolerance_of(h)), self.steps)
 
 
 def _random_calibration(calibration: Any) -> str | None:
@@ -962,33 +1018,22 @@ def _write_reports(rep: dict, report: str | Path | None, renderers: dict | None)
         write(rep, path, fmt)
 
 
+def _map_strings(value: Any, fn) -> Any:
+    """``value`` (a report: dicts, lists, strings) with ``fn`` applied to every string in it."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: _map_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_map_strings(v, fn) for v in value]
+    return value
+
+
 def _release() -> None:
     """Free the sessions this run's runners held in the worker (before its scratch folder goes)."""
     from onnxbridge.worker import release
 
     release()
-
-
-def _identity(path: Path) -> tuple | None:
-    """Which file (or folder) is at ``path`` now: a replaced one differs."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
-def _remove(paths: list[Path]) -> None:
-    """Take away what a run that ended in an error wrote (files, or an .mlpackage folder)."""
-    import shutil
-
-    for path in paths:
-        if path is None:
-            continue
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
 
 
 def _check_loaded_names(src: "SourceModel", input_names, spec: InputSpec) -> None:
@@ -1052,9 +1097,11 @@ def _artifact_hop(src: "SourceModel", kind: str, path: Path, source: Any, inputs
 def inspect_artifact(path: str | Path, kind: str | None = None) -> dict:
     """What a model file holds (``kind``: its backend, default by suffix). Backend artifacts are read in the
     worker process: their readers (coremltools, TensorRT) are native code."""
+    from onnxbridge.fileio import regular
     from onnxbridge.plugins import BACKENDS, for_file
     from onnxbridge.worker import call
 
+    regular(path, "the model", folder=True)  # a FIFO or a device would never end
     kind = kind or for_file(path) or "onnx"
 
     return call(f"{BACKENDS.plugin(kind).module}:inspect", (str(path),), step=f"reading {Path(path).name}",
@@ -1094,8 +1141,9 @@ def adapt(model: "str | Path | onnx.ModelProto", opset: int) -> "onnx.ModelProto
     return adapt_model(model, opset)
 
 
+@deadline.bounded
 def check_opset(model: "str | Path | onnx.ModelProto", opset: int, *, report: str | Path | None = None,
-                renderers: dict | None = None) -> dict:
+                renderers: dict | None = None, timeout: float | None = None) -> dict:
     """Every node that blocks moving an ONNX model to ``opset``: a report with status ``passed`` or
     ``blocked`` and its ``blockers`` (nothing is converted or written but the reports)."""
     from onnxbridge.adapters import check
@@ -1112,9 +1160,10 @@ def check_opset(model: "str | Path | onnx.ModelProto", opset: int, *, report: st
     return rep
 
 
+@deadline.bounded
 def check_targets(model: "str | Path", targets: Sequence[str], *, opset: int | None = None,
                   input_shapes: Sequence[str | TensorSpec] = (), target: str | None = None,
-                  report: str | Path | None = None) -> dict:
+                  report: str | Path | None = None, timeout: float | None = None) -> dict:
     """Every blocker that stops ``model`` (ONNX) from reaching each backend in ``targets`` (and ``opset`` when
     given; ``target``: a deployment target such as Core ML's iOS16), found without converting: a report with command ``check``, status ``passed`` or ``blocked``, the
     ``blockers`` (each prefixed with its target) and ``targets`` (per backend: available, reason, blockers, a hint per
@@ -1187,12 +1236,13 @@ def _artifact(path: Path, target: str, model: "onnx.ModelProto | None" = None,
             "external_data": files}
 
 
+@deadline.bounded
 def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any = None, *,
              sample_inputs: Any = None, from_: str | None = None, input_shapes: Sequence[str | TensorSpec] = (),
              trust: bool = False, precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
              latency_runs: int = 0, seed: int = 0, report: str | Path | None = None, raise_on_failure: bool = False,
              progress: bool = False, renderers: dict | None = None, localize: bool | str | None = "auto",
-             allow_skipped: bool = False, **options: Any) -> dict:
+             allow_skipped: bool = False, timeout: float | None = None, **options: Any) -> dict:
     """Compare a converted model with its source on the same inputs; returns the report.
 
     ``converted``: an ONNX model (path or proto) or a backend's artifact (.mlpackage, .dlc, .engine), run by
@@ -1202,7 +1252,7 @@ def validate(source: Any, converted: "str | Path | onnx.ModelProto", inputs: Any
     converted model are also checked at a second size. ``renderers``: more reports to write, as ``convert``'s.
     ``localize``: "auto" (default) finds the first diverging node of a failed hop, "on" of every hop, "off" none.
     ``raise_on_failure``: raise ValidationFailed when the hop failed, and ValidationSkipped (a ValidationFailed)
-    when it did not run here (status ``skipped``), unless ``allow_skipped``.
+    when it did not run here (status ``skipped``), unless ``allow_skipped``. ``timeout``: as ``convert``'s.
     """
     arguments.check({**locals(), **options}, required=("converted",))
     from onnxbridge.localize import hops as localizing

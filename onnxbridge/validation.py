@@ -6,8 +6,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from onnxbridge.compare import TOLERANCES, compare, merge
-from onnxbridge.errors import BadInputError, HopSkipped, NativeCrash, TooLargeError
+from onnxbridge.errors import BadInputError, HopSkipped, NativeCrash, TimedOut, TooLargeError
 from onnxbridge.specs import Sample
+
+# errors that stop a run rather than say something of a model's numbers
+STOPS = (NativeCrash, TooLargeError, TimedOut)
 
 Runner = Callable[[Mapping[str, Any]], list]  # named inputs -> outputs in order
 
@@ -199,8 +202,8 @@ def _number(flag: str, value: Any) -> float:
         number = float(value)
     except (TypeError, ValueError):
         raise BadInputError(f"{flag} '{value}' is not a number or OUTPUT:NUMBER") from None
-    if not number >= 0:
-        raise BadInputError(f"{flag} '{value}' must be a non-negative number")
+    if not 0 <= number < float("inf"):
+        raise BadInputError(f"{flag} '{value}' must be a finite non-negative number")
     return number
 
 
@@ -269,6 +272,8 @@ class SourceOutputs:
         t = time.perf_counter()
         try:
             self._cache[id(feeds)] = (self.run(feeds), None)
+        except TimedOut:  # the run's time is up: no later sample or hop may run
+            raise
         except Exception as exc:  # noqa: BLE001 - re-raised for every hop that asks
             self._cache[id(feeds)] = (None, exc)
         self.last_seconds = time.perf_counter() - t
@@ -349,7 +354,7 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
             t = time.perf_counter()
             ref = reference(sample.feeds)
             seconds["reference"] += time.perf_counter() - t
-        except (NativeCrash, TooLargeError):  # not a verdict on the numbers: the run stops
+        except STOPS:  # not a verdict on the numbers: the run stops
             raise
         except Exception as exc:
             if i == 0:
@@ -361,7 +366,7 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
             t = time.perf_counter()
             got = candidate(sample.feeds)
             seconds["candidate"] += time.perf_counter() - t
-        except (NativeCrash, TooLargeError):  # not a verdict on the numbers: the run stops
+        except STOPS:  # not a verdict on the numbers: the run stops
             raise
         except HopSkipped as exc:  # the candidate cannot be run here (an op its host evaluator lacks)
             return skipped_hop(src, dst, samples, given, exc.one_line())
@@ -379,7 +384,7 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
             t = time.perf_counter()
             try:
                 emulated = emulator(sample.feeds)
-            except (NativeCrash, TooLargeError):
+            except STOPS:
                 raise
             except Exception as exc:  # noqa: BLE001 - e.g. an emulated export with fixed shapes: the fixed rule
                 notes.append(f"sample {i}: the fp16 emulation does not run at {sample.shapes()} "
@@ -391,6 +396,8 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
         if source is not None:
             try:
                 first = source(sample.feeds)
+            except STOPS:
+                raise
             except Exception:  # noqa: BLE001 - the source does not run at this sample's shapes
                 continue
             for name, r, g in zip(names, first, got):

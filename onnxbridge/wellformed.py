@@ -79,7 +79,8 @@ CONSTANT_VALUES = ("value", "value_float", "value_floats", "value_int", "value_i
 def problem(model: "onnx.ModelProto") -> str | None:
     """What makes ``model`` malformed that onnx's checker lets through (None: nothing): tensors that cannot be read
     as arrays of their dims, graph inputs and outputs of undefined types or negative dims, a Constant without
-    exactly one value."""
+    exactly one value, local functions that call themselves (coremltools and onnx's inliner recurse until the
+    stack overflows: SIGSEGV)."""
     from onnxbridge.fileio import iter_tensors
 
     for t in iter_tensors(model):
@@ -95,7 +96,52 @@ def problem(model: "onnx.ModelProto") -> str | None:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and (
                 len(node.attribute) != 1 or node.attribute[0].name not in CONSTANT_VALUES):
             return f"Constant node '{node.name}' needs exactly one of {', '.join(CONSTANT_VALUES)}"
+    cycle = function_cycle(model)
+    if cycle:
+        return f"its local functions call themselves ({' -> '.join(cycle)}); ONNX functions may not recurse"
     return None
+
+
+def function_cycle(model: "onnx.ModelProto") -> list[str] | None:
+    """A cycle in the call graph of ``model``'s local functions, as names from a function back to itself (None:
+    there is none). Calls from nodes in subgraphs of a function's body count; found without recursion."""
+    functions = {_called(f.domain, f.name, getattr(f, "overload", "")): f for f in model.functions}
+    calls = {k: [c for c in _callees(f) if c in functions] for k, f in functions.items()}
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: every call from it walked
+    for root in calls:
+        if root in state:
+            continue
+        path, pending = [root], [iter(calls[root])]
+        state[root] = 1
+        while pending:
+            callee = next(pending[-1], None)
+            if callee is None:
+                state[path.pop()] = 2
+                pending.pop()
+            elif state.get(callee) == 1:
+                return [*path[path.index(callee):], callee]
+            elif callee not in state:
+                state[callee] = 1
+                path.append(callee)
+                pending.append(iter(calls[callee]))
+    return None
+
+
+def _called(domain: str, name: str, overload: str) -> str:
+    """How ``function_cycle`` names a function, and a node the function it calls."""
+    return f"{domain}.{name}" + (f":{overload}" if overload else "")
+
+
+def _callees(function: "onnx.FunctionProto") -> list[str]:
+    """What the nodes of ``function``'s body call, as ``function_cycle``'s keys, nested subgraphs included."""
+    from onnxbridge.fileio import subgraphs
+
+    found, nodes = [], list(function.node)
+    while nodes:
+        node = nodes.pop()
+        found.append(_called(node.domain, node.op_type, getattr(node, "overload", "")))
+        nodes += [n for g in subgraphs(node) for n in g.node]
+    return list(dict.fromkeys(found))
 
 
 def _defined(elem_type: int) -> bool:

@@ -92,11 +92,19 @@ class Worker:
     there and returns its handle. Not thread-safe: one call at a time."""
 
     def __init__(self, preload: tuple[str, ...] = ()) -> None:
+        from onnxbridge.budget import memory_limit
+
         parent, child = socket.socketpair()
         self._log = tempfile.TemporaryFile(mode="w+b")
+        limit = memory_limit()
         env = {**os.environ, "PYTHONFAULTHANDLER": "1",  # the worker imports what this process can
                "PYTHONPATH": os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p),
-               PRELOAD_ENV: ",".join(preload)}
+               PRELOAD_ENV: ",".join(preload),
+               # it dies with this process (the kernel's parent-death signal follows the thread that starts it:
+               # asked for only from the main thread, which lives as long as the process) and keeps its own
+               # memory limit
+               PARENT_ENV: f"{os.getpid()},{int(threading.current_thread() is threading.main_thread())}",
+               LIMIT_ENV: str(limit or 0)}
         self.proc = subprocess.Popen([sys.executable, "-m", "onnxbridge.worker", str(child.fileno())],
                                      pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log,
                                      stderr=self._log, env=env, start_new_session=True)
@@ -142,37 +150,47 @@ class Worker:
 
     def _request(self, message: tuple, *, step: str, library: str, timeout: float | None = None,
                  progress=None) -> Any:
+        from onnxbridge import deadline as budget
         from onnxbridge.budget import memory_limit
 
         limit = memory_limit()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        left = budget.remaining()  # the run's time budget (TimedOut once spent)
+        bounded_by_budget = left is not None and (timeout is None or left < timeout)
+        wait = left if bounded_by_budget else timeout
+        deadline = None if wait is None else time.monotonic() + wait
         try:
-            self.conn.send(message)
-            while True:
-                self._wait(deadline, limit, step, library)
-                status, value = self.conn.recv()
-                if status != "progress":
-                    break
-                if progress is not None and getattr(progress, "enabled", False):
-                    progress.console.print(value)
+            with budget.doing(step):
+                self.conn.send(message)
+                while True:
+                    self._wait(deadline, limit, step, library, bounded_by_budget)
+                    status, value = self.conn.recv()
+                    if status != "progress":
+                        break
+                    if progress is not None and getattr(progress, "enabled", False):
+                        progress.console.print(value)
         except (EOFError, OSError, BrokenPipeError):
             raise self._crash(step, library) from None
-        except BaseException:  # Ctrl-C mid-call: its answer would reach the next call, so this worker goes
+        except BaseException:  # Ctrl-C mid-call, or the time budget: its answer would reach the next call
             self.kill()
             raise
         if status == "ok":
             return value
         raise _rebuild_error(value)
 
-    def _wait(self, deadline: float | None, limit: int | None, step: str, library: str) -> None:
-        """Until the worker answers. Past ``deadline`` it is stopped (NativeCrash); over ``limit`` bytes of resident
-        memory too (TooLargeError, exit 2: the model needs more memory than it may have)."""
+    def _wait(self, deadline: float | None, limit: int | None, step: str, library: str,
+              budget: bool = False) -> None:
+        """Until the worker answers. Past ``deadline`` it is stopped (TimedOut where that is the run's time budget,
+        else NativeCrash); over ``limit`` bytes of resident memory too (TooLargeError, exit 2: the model needs more
+        memory than it may have)."""
+        from onnxbridge import deadline as run_budget
         from onnxbridge.budget import over_memory, resident
 
         started = time.monotonic()
         while not self.conn.poll(_POLL_S if deadline is None else min(_POLL_S, max(deadline - time.monotonic(), 0))):
             if deadline is not None and time.monotonic() >= deadline:
                 self.kill()
+                if budget:
+                    raise run_budget.expired(step)
                 raise NativeCrash(f"{step} did not finish within {deadline - started:.0f} s "
                                   f"({library or 'native code'})")
             used = resident(self.proc.pid) if limit else None
@@ -180,13 +198,20 @@ class Worker:
                 self.kill()
                 raise over_memory(step, used, limit)
 
-    def _crash(self, step: str, library: str) -> NativeCrash:
+    def _crash(self, step: str, library: str) -> OnnxBridgeError:
+        """Why the worker went: over its memory limit (TooLargeError, exit 2), else a NativeCrash."""
+        from onnxbridge.budget import over_memory
+
         try:
             code = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.kill()
             code = self.proc.returncode
-        return native_crash(step, library, code, self.printed())
+        printed = self.printed()
+        over = _OVER_MEMORY.search(printed)
+        if over is not None:
+            return over_memory(step, int(over[1]), int(over[2]))
+        return native_crash(step, library, code, printed)
 
     def printed(self, limit: int = 20000) -> str:
         """The last ``limit`` bytes the worker printed (its stdout and stderr)."""
@@ -216,6 +241,10 @@ class Worker:
 
 
 _POLL_S = 0.05  # how often a waiting call looks at the worker's memory
+PARENT_ENV = "ONNXBRIDGE_WORKER_PARENT"  # "PID,1": the process it serves (1: started from its main thread)
+LIMIT_ENV = "ONNXBRIDGE_WORKER_MEMORY"  # its resident memory limit in bytes (0: none)
+_OVER_MEMORY = re.compile(r"onnxbridge worker: resident memory (\d+) bytes over the limit of (\d+) bytes")
+_WATCH_S = 0.1  # how often the worker looks at its parent and its own memory
 _lock = threading.Lock()
 _worker: Worker | None = None
 
@@ -496,7 +525,43 @@ def _serve(fd: int) -> None:
             conn.send(("error", _error(exc)))
 
 
+def _die_with_parent(parent: int, main_thread: bool) -> None:
+    """Never outlive the process served: the kernel's parent-death signal (when started from the parent's main
+    thread), and the watchdog (``_watch``) for the rest."""
+    from onnxbridge.lifeline import die_with_parent
+
+    if main_thread:
+        die_with_parent()
+    if os.getppid() != parent:  # gone before the signal was asked for
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _watch(parent: int, limit: int) -> None:
+    """The watchdog: the parent gone, or resident memory over ``limit`` bytes (the parent may not be there to
+    enforce it), ends this process group; the parent reads why from what it printed."""
+    from onnxbridge.budget import resident
+
+    while True:
+        time.sleep(_WATCH_S)
+        if os.getppid() != parent:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        used = resident(os.getpid()) if limit else None
+        if used is not None and used > limit:
+            os.write(2, f"onnxbridge worker: resident memory {used} bytes over the limit of {limit} bytes\n".encode())
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _guard() -> None:
+    """Start the worker's guards from what its parent put in the environment."""
+    pid, _, main_thread = os.environ.pop(PARENT_ENV, "").partition(",")
+    limit = int(os.environ.pop(LIMIT_ENV, "0") or 0)
+    if pid.isdigit():
+        _die_with_parent(int(pid), main_thread == "1")
+        threading.Thread(target=_watch, args=(int(pid), limit), name="onnxbridge-worker-watch", daemon=True).start()
+
+
 if __name__ == "__main__":  # serve from the importable module, whose globals the calls see (not __main__'s)
+    importlib.import_module("onnxbridge.worker")._guard()
     for _name in filter(None, os.environ.pop(PRELOAD_ENV, "").split(",")):
         try:
             importlib.import_module(_name)

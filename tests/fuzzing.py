@@ -289,6 +289,21 @@ def _function(rng, m):
         m.graph.node[0].domain, m.graph.node[0].op_type = "local", "F"
 
 
+def _loop_bomb(rng, m):
+    """A Loop whose constant trip count (10^15, or none at all) and always-true condition never stop it."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Identity", ["v_in"], ["v_out"])],
+        "spin", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("c_in", TensorProto.BOOL, []), _f32("v_in", [1])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), _f32("v_out", [1])])
+    trip = rng.choice(["bomb_trip", ""])
+    m.graph.initializer.extend([numpy_helper.from_array(np.array(10**15, np.int64), "bomb_trip"),
+                                numpy_helper.from_array(np.array(True), "bomb_cond"),
+                                numpy_helper.from_array(np.zeros(1, np.float32), "bomb_v")])
+    m.graph.node.append(helper.make_node("Loop", [trip, "bomb_cond", "bomb_v"], ["bomb_out"], name="bomb", body=body))
+    m.graph.output.append(_f32("bomb_out", [1]))
+
+
 def _weights(rng, m):
     """Valid but hostile numbers: NaN, inf, extremes in a weight."""
     if m.graph.initializer:
@@ -333,7 +348,7 @@ def _doc(rng, m):
 
 PROTO_MUTATIONS = [_dims, _every_dim, _dtype, _init_dtype, _init_dims, _drop_init, _cycle, _duplicate, _duplicate_io,
                    _empty, _opset, _ir, _op_type, _attr, _no_inputs, _unproduced_output, _constant_of_shape,
-                   _raw_data, _external, _metadata, _sparse, _nested, _function]
+                   _raw_data, _external, _metadata, _sparse, _nested, _function, _loop_bomb]
 VALID_MUTATIONS = [_weights, _rename, _regular_opset, _symbolic, _doc, _metadata]
 
 

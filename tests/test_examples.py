@@ -12,7 +12,8 @@ from tests.conftest import ROOT, check_report
 @pytest.mark.parametrize("script", ["adapt_opsets.py", "convert_torch.py", "convert_sklearn.py",
                                     "validation_reports.py", "convert_coreml.py",
                                     "convert_tensorrt.py", "convert_dlc.py", "true_verdicts.py", "optimize.py",
-                                    "hostile_inputs.py", "transformers_to_edge.py", "calibrated_verdicts.py"])
+                                    "hostile_inputs.py", "transformers_to_edge.py", "calibrated_verdicts.py",
+                                    "killed_runs.py"])
 def test_example_runs(script, tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / script), str(tmp_path)], capture_output=True,
                          text=True, timeout=600)

@@ -71,3 +71,11 @@ def test_the_corpus_reaches_every_stage(results):
     assert by_command["convert"][0] >= 30 and by_command["convert"][2] >= 100, dict(by_command)
     kinds = {part for f in results["files"] for part in f.stem.split("-", 2)[2].split("+")}
     assert len(kinds) >= 20, kinds
+
+
+def test_loop_bombs_are_refused_without_running(results):
+    """A Loop that never stops (constant trip count 10^15 or none, condition always true) is refused statically."""
+    bombs = [r for r in results["results"] if "loop_bomb" in r["file"] and r["command"].startswith("convert")]
+    assert bombs, "the corpus holds no loop bomb"
+    assert any("would run" in r["output"] for r in bombs), _shown(bombs)
+    assert all(r["seconds"] < 30 for r in bombs), _shown(bombs)

@@ -181,3 +181,71 @@ def test_graphs_that_crash_onnx_are_refused_first(tmp_path, damage):
         r = _cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert "error:" in r.stderr and "'bad.onnx'" in r.stderr
+
+
+def _calls(name: str, inp: str = "a", out: str = "b") -> onnx.NodeProto:
+    return helper.make_node(name, [inp], [out], domain="local")
+
+
+def _function(name: str, body: list) -> onnx.FunctionProto:
+    return helper.make_function("local", name, ["a"], ["b"], body,
+                                [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+
+
+def _with_functions(*functions: onnx.FunctionProto) -> onnx.ModelProto:
+    """``shaped()`` whose first node calls local.F, one of ``functions``."""
+    m = shaped()
+    m.functions.extend(functions)
+    m.opset_import.add(domain="local", version=1)
+    m.graph.node[0].domain, m.graph.node[0].op_type = "local", "F"
+    return m
+
+
+def _if_calling(name: str) -> list:
+    """A function body whose If's then-branch calls ``name``."""
+    out = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)  # noqa: E731
+    then = helper.make_graph([_calls(name, "a", "t")], "then", [], [out("t")])
+    orelse = helper.make_graph([helper.make_node("Identity", ["a"], ["e"])], "else", [], [out("e")])
+    return [helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.BOOL, [], [True])),
+            helper.make_node("If", ["c"], ["b"], then_branch=then, else_branch=orelse)]
+
+
+RECURSIONS = {
+    "each other": ([_function("F", [_calls("G")]), _function("G", [_calls("F")])], "local.F -> local.G -> local.F"),
+    "through an If": ([_function("F", _if_calling("F"))], "local.F -> local.F"),
+    "three, uncalled": ([_function("F", [helper.make_node("Relu", ["a"], ["b"])]), _function("G", [_calls("H")]),
+                         _function("H", [_calls("K")]), _function("K", [_calls("G")])],
+                        "local.G -> local.H -> local.K -> local.G"),
+}
+
+
+@pytest.mark.parametrize("case", RECURSIONS)
+def test_recursive_functions_are_refused_before_any_backend(tmp_path, case):
+    """coremltools recursed into such functions until it crashed (SIGSEGV, exit 4 from `check --targets coreml`);
+    onnx's checker lets them through. Every command that reads the model refuses them first."""
+    functions, cycle = RECURSIONS[case]
+    path = _save(_with_functions(*functions), tmp_path / "rec.onnx")
+    for args in (["check", path, "--targets", "coreml"], ["check", path, "--targets", "openvino,onnx"],
+                 ["convert", path, "-o", tmp_path / "o.onnx"], ["convert", path, "-o", tmp_path / "o.mlpackage"],
+                 ["adapt", path, "-o", tmp_path / "a.onnx", "--opset", "13"], ["validate", path, path]):
+        r = _cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.strip() == f"error: 'rec.onnx' is not a valid ONNX model: its local functions call " \
+                                   f"themselves ({cycle}); ONNX functions may not recurse", (args, r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rec.onnx"]
+    with pytest.raises(BadInputError, match=f"call themselves \\({cycle}\\)"):
+        onnxbridge.check_targets(path, ["onnx"])
+
+
+def test_functions_calling_functions_without_a_cycle_pass():
+    """A chain of 5,000 functions, each calling the next (the walk is iterative), and a diamond: no cycle."""
+    from onnxbridge.wellformed import function_cycle, problem
+
+    chain = [_function(f"F{i}", [_calls(f"F{i + 1}")]) for i in range(5000)]
+    chain.append(_function("F5000", [helper.make_node("Relu", ["a"], ["b"])]))
+    assert function_cycle(_with_functions(*chain)) is None
+    diamond = [_function("F", [_calls("G", "a", "g"), _calls("H", "g", "b")]), _function("G", _if_calling("K")),
+               _function("H", [_calls("K")]), _function("K", [helper.make_node("Relu", ["a"], ["b"])])]
+    assert problem(_with_functions(*diamond)) is None
+    chain[-1] = _function("F5000", [_calls("F0")])
+    assert len(function_cycle(_with_functions(*chain))) == 5002

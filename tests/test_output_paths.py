@@ -211,15 +211,17 @@ def test_what_killed_runs_leave_is_cleaned_by_the_next_run(cli, files, monkeypat
     run = subprocess.Popen([EXE, "-q", "convert", "t.onnx", "-o", "out/y.onnx", "--samples", "1000",
                             "--latency-runs", "10000"], cwd=files, env=env)
     deadline = time.monotonic() + 60
-    while not (files / "out" / "y.onnx").exists() and time.monotonic() < deadline:
+    while not list((files / "out").glob(".y.onnx.onnxbridge-*/y.onnx")) and time.monotonic() < deadline:
         time.sleep(0.02)
-    os.kill(run.pid, signal.SIGKILL)  # mid-validation: its scratch folder and output lock stay
+    os.kill(run.pid, signal.SIGKILL)  # mid-validation: its scratch folder, staged output and lock stay
     run.wait()
+    assert not (files / "out" / "y.onnx").exists()  # never placed: it was not validated
     for step in ("save", "write"):
         killed = subprocess.run([sys.executable, "-c", KILL_IN_SAVE, step], cwd=files, env=env)
         assert killed.returncode == -signal.SIGKILL
     left = [p for p in [*tmp.iterdir(), *(files / "out").iterdir()] if "onnxbridge" in p.name]
-    assert {p.name.split("-")[0] for p in left} >= {"onnxbridge", ".x.onnx.onnxbridge", ".r.json.onnxbridge"}
+    assert {p.name.split("-")[0] for p in left} >= {"onnxbridge", ".x.onnx.onnxbridge", ".r.json.onnxbridge",
+                                                    ".y.onnx.onnxbridge"}
     assert any(p.is_dir() and p.parent == tmp for p in left)
     live = tmp / f"onnxbridge-{os.getpid()}-abcdefgh"  # a live run's (this one's), however old
     fresh = tmp / f"onnxbridge-{run.pid}-freshnew"  # a dead run's, but too recent to judge
@@ -232,7 +234,7 @@ def test_what_killed_runs_leave_is_cleaned_by_the_next_run(cli, files, monkeypat
     assert cli("-q", "convert", files / "t.onnx", "-o", out / "x.onnx", "--report", out / "r.json").exit_code == 0
     assert not [p for p in left if p.exists()]
     assert live.exists() and fresh.exists()
-    assert sorted(p.name for p in out.iterdir()) == ["r.json", "x.onnx", "y.onnx"]
+    assert sorted(p.name for p in out.iterdir()) == ["r.json", "x.onnx"]
 
 
 def _with_location(src: Path, dest: Path, location: str, **extra: str) -> Path:

@@ -22,10 +22,12 @@ MAX_OPSET = None
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           allow_approx=()):
+    from onnxbridge.backends.coreml.ctimport import import_ct
     from onnxbridge.backends.coreml.package import build as build_package
     from onnxbridge.legalize.approx import approximated_file
     from onnxbridge.plugins import BuildContext, BuildResult
 
+    import_ct()
     context = context or BuildContext()
     with approximated_file(onnx_path, allow_approx) as (path, notes):
         facts = build_package(path, output, target=target or "iOS16", precision=precision,
@@ -39,11 +41,13 @@ def check(onnx_path: Path, context=None) -> list[str]:
     """Everything a build for ``context.target`` (default iOS16, as ``build``) would refuse, without converting: ops
     with no lowering, unsupported attributes, rank > 5 (after the Core ML legalization rules), ops newer than the
     target (naming the one that works), unsupported input dtypes. Each names node, op and reason."""
+    from onnxbridge.backends.coreml.ctimport import import_ct
     from onnxbridge.backends.coreml.onnx_file import read_onnx
     from onnxbridge.backends.coreml.package import check as check_model
     from onnxbridge.backends.coreml.package import legalize
     from onnxbridge.plugins import BuildContext
 
+    import_ct()
     context = context or BuildContext()
     target = context.target or "iOS16"
     input_shapes = context.input_shapes or {}
@@ -57,8 +61,10 @@ def runner(path: Path, *, onnx_path: Path | None = None):
     import os
     import platform
 
+    from onnxbridge.backends.coreml.ctimport import import_ct
     from onnxbridge.backends.coreml.package import PredictRunner, Runner
 
+    import_ct()
     if platform.system() == "Darwin" and os.environ.get("ONNXBRIDGE_COREML_HOST") != "1":
         return PredictRunner(path)
     return Runner(path)
@@ -68,8 +74,10 @@ def inspect(path: str | Path) -> dict:
     """Inputs, outputs (flexible dims as ``shape_range``), spec version, MIL ops and ``weights`` (rows of
     dtype, tensors, elements: int8 ones are quantized; see ``package.weight_table``) of a saved package, read
     without loading it into Core ML."""
+    from onnxbridge.backends.coreml.ctimport import import_ct
     from onnxbridge.backends.coreml.package import Runner, weight_table
 
+    import_ct()
     runner = Runner(Path(path))
     ops: dict[str, int] = {}
     for op in runner.function.operations:
@@ -98,10 +106,12 @@ def _feature(desc, var) -> dict:
 
 def rewrites(onnx_path: Path, context=None) -> list[str]:
     """The Core ML legalization rules a build would apply, as ``"RULE (node NAME)"``."""
+    from onnxbridge.backends.coreml.ctimport import import_ct
     from onnxbridge.backends.coreml.onnx_file import read_onnx
     from onnxbridge.backends.coreml.package import legalize
     from onnxbridge.plugins import BuildContext
 
+    import_ct()
     context = context or BuildContext()
     return legalize(read_onnx(Path(onnx_path)), context.input_shapes or {})[1]
 

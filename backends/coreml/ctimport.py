@@ -8,8 +8,10 @@ import warnings
 
 
 def import_ct():
-    """``coremltools``; TensorFlow is hidden from it unless this process already imported TF."""
-    if "coremltools" in sys.modules:
+    """``coremltools``; TensorFlow is hidden from it unless this process already imported TF. Every entry point of
+    the backend calls this before anything imports from coremltools: without it, UnavailableError (exit 3, with
+    the install hint)."""
+    if sys.modules.get("coremltools") is not None:
         return sys.modules["coremltools"]
     hide = "tensorflow" not in sys.modules
     if hide:
@@ -19,6 +21,10 @@ def import_ct():
             warnings.simplefilter("ignore")
             logging.getLogger("coremltools").setLevel(logging.ERROR)
             import coremltools
+    except Exception as exc:  # noqa: BLE001 - not installed, or a broken install's own error at import
+        from onnxbridge.backends.coreml import PLUGIN
+
+        raise PLUGIN.unavailable("coremltools", exc) from None
     finally:
         if hide:
             del sys.modules["tensorflow"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
@@ -15,6 +14,7 @@ from onnxbridge.backends.coreml.lower import FP16_MAX, INT32, OPS, TARGETS, Ctx,
 from onnxbridge.backends.coreml.onnx_file import read_onnx
 from onnxbridge.errors import BadInputError, UnsupportedError
 from onnxbridge.fileio import placing
+from onnxbridge.plugins import native_writes
 
 if TYPE_CHECKING:
     import onnx
@@ -635,28 +635,48 @@ def build(onnx_path: Path, output: Path, *, target: str = "iOS16", precision: st
     from onnxbridge.quiet import native_output_silenced, quiet
 
     caught: list[str] = []
-    try:
-        with quiet(caught, ("coremltools",)), native_output_silenced(), \
-                contextlib.redirect_stderr(io.StringIO()), _validated_once(prog):  # its progress bars go to stderr
-            mlmodel = ct.convert(prog, source="milinternal", convert_to="mlprogram", compute_precision=compute,
-                                 minimum_deployment_target=getattr(ct.target, target), skip_model_load=True,
-                                 pass_pipeline=_pass_pipeline(ct, precision))
-    except Exception as exc:  # e.g. a check that fires only in coremltools' passes
-        reason = _rejection(exc, target)
-        raise UnsupportedError(reason if "needs --target" in reason else
-                               f"coremltools rejects the lowered program: {' '.join(str(exc).split())[:300]}") from None
-    try:
+    with _temporaries() as temp:
+        try:
+            with native_writes(temp, f"scratch files in '{temp.parent}'", hint=SCRATCH_HINT), \
+                    quiet(caught, ("coremltools",)), native_output_silenced(), \
+                    contextlib.redirect_stderr(io.StringIO()), _validated_once(prog):  # its progress bars: stderr
+                mlmodel = ct.convert(prog, source="milinternal", convert_to="mlprogram", compute_precision=compute,
+                                     minimum_deployment_target=getattr(ct.target, target), skip_model_load=True,
+                                     pass_pipeline=_pass_pipeline(ct, precision))
+        except BadInputError:
+            raise
+        except Exception as exc:  # e.g. a check that fires only in coremltools' passes
+            reason = _rejection(exc, target)
+            raise UnsupportedError(reason if "needs --target" in reason else "coremltools rejects the lowered "
+                                   f"program: {' '.join(str(exc).split())[:300]}") from None
         return _save(mlmodel, model, output, scalar_outputs, notes, caught, target, precision, compute_name)
-    finally:  # coremltools wrote the package to a temporary folder first, and leaves it behind
-        if getattr(mlmodel, "is_temp_package", False):
-            shutil.rmtree(mlmodel.package_path, ignore_errors=True)
+
+
+SCRATCH_HINT = "free space there, or point TMPDIR at a folder with more room"
+
+
+@contextlib.contextmanager
+def _temporaries():
+    """A scratch folder (``fileio.workdir``) that holds every temporary file coremltools writes while it converts
+    and saves (its weights, spec and package): removed after, and where a full disk is looked for when its native
+    file writer fails."""
+    import tempfile
+
+    from onnxbridge.fileio import workdir
+
+    with workdir() as folder:
+        saved, tempfile.tempdir = tempfile.tempdir, str(folder)
+        try:
+            yield folder
+        finally:
+            tempfile.tempdir = saved
 
 
 def _save(mlmodel, model: "onnx.ModelProto", output: Path, scalar_outputs: list[str], notes: list[str],
           caught: list[str], target: str, precision: str, compute_name: str) -> dict:
     """Place the package at ``output`` atomically; the facts for the report."""
     _mark_scalar_outputs(mlmodel, scalar_outputs)
-    with placing(output) as staged:
+    with placing(output) as staged, native_writes(staged.parent, f"'{output}'"):  # not shutil's list of copies
         mlmodel.save(str(staged))
     spec = mlmodel.get_spec()
     names = [v.name for v in [*model.graph.input, *model.graph.output]]

@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from onnxbridge import lifeline
 from onnxbridge.errors import UnavailableError, UnsupportedError
 
 CONVERTERS = ("qairt-converter", "snpe-onnx-to-dlc")
@@ -95,7 +96,8 @@ def quantizer_args(sdk: Sdk, float_dlc: Path, input_list: Path, output: Path) ->
 def run(args: list[str], expect: Path) -> str:
     """Run one SDK tool; its combined output, or UnsupportedError with the tool's last words."""
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=TIMEOUT_S)
+        done = lifeline.run(args, step=f"running {Path(args[0]).name}", capture_output=True, text=True,
+                            timeout=TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UnavailableError(f"{Path(args[0]).name} could not run: {exc}") from None
     text = (done.stdout or "") + (done.stderr or "")

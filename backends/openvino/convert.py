@@ -87,14 +87,9 @@ def _names(nodes: list[str]) -> str:
 
 
 def blockers(onnx_path: Path) -> list[str]:
-    """What stops the model from converting, found by converting it in memory (nothing is written)."""
-    from onnxbridge.errors import UnavailableError
-
-    try:
-        ov = load()
-    except UnavailableError as exc:
-        return [f"cannot check without OpenVINO: {exc.one_line()}"]
-    return _converted(ov, onnx_path)[1]
+    """What stops the model from converting, found by converting it in memory (nothing is written); without
+    OpenVINO, UnavailableError (exit 3, with the install hint), as for a build."""
+    return _converted(load(), onnx_path)[1]
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32",
@@ -103,6 +98,7 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     then renamed), and return the facts: what the saved IR holds, read back from the staged files."""
     from onnxbridge import __version__
     from onnxbridge.fileio import place, placing
+    from onnxbridge.plugins import native_writes
 
     if target is not None:
         raise BadInputError("--target does not apply to --to openvino (an IR is compiled for a device when loaded)")
@@ -124,7 +120,8 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     model.set_rt_info(__version__, WRITER_KEY)
     model.set_rt_info(";".join(f"{k}={v}" for k, v in VALIDATED.items()), VALIDATED_KEY)
     with placing(output) as staged:  # the .xml is placed when the block ends, its .bin just before
-        ov.save_model(model, str(staged), compress_to_fp16=precision == "fp16")
+        with native_writes(staged.parent, f"'{output}'"):  # a full disk: one line, not "basic_ios::clear"
+            ov.save_model(model, str(staged), compress_to_fp16=precision == "fp16")
         saved = ov.Core().read_model(str(staged), str(weights_of(staged)))
         facts = _facts(ov, saved, precision, staged)
         place(weights_of(staged), weights_of(output))

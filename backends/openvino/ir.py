@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from onnxbridge.errors import BadInputError, UnavailableError
+from onnxbridge.errors import BadInputError
 
 # rt_info keys the build writes into the IR, read back by ``inspect`` (and the key OpenVINO writes its version in)
 PRECISION_KEY = ["onnxbridge", "precision"]
@@ -17,13 +17,10 @@ RUNTIME_VERSION_KEY = "Runtime_version"
 
 
 def load():
-    """The ``openvino`` module; UnavailableError (exit 3) when it is not installed."""
-    try:
-        import openvino
-    except ImportError as exc:
-        raise UnavailableError(f"openvino is not installed ({exc})",
-                               hint="pip install 'onnxbridge[openvino]'") from None
-    return openvino
+    """The ``openvino`` module; UnavailableError (exit 3, with the install hint) when it cannot be imported."""
+    from onnxbridge.backends.openvino import PLUGIN
+
+    return PLUGIN.import_toolchain("openvino")
 
 
 def release(ov) -> str:

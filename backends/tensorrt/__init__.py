@@ -33,6 +33,13 @@ TARGETS = ()  # an engine is built for the GPU it runs on
 MAX_OPSET = None  # the flavour's parser ceiling; the preflight adapts down to it
 
 
+def companions(output: Path) -> list[Path]:
+    """The JSON sidecar written beside the engine: what built it, its I/O and profiles."""
+    from onnxbridge.backends.tensorrt.artifact import sidecar_path
+
+    return [sidecar_path(output)]
+
+
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           shapes: list[str] | tuple = (), workspace: int | None = None, timing_cache: str | None = None,
           flavour: str | None = None):

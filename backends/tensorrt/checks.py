@@ -9,13 +9,10 @@ def blockers(onnx_path: Path, context=None) -> list[str]:
     from onnxbridge.adapters import check as adapter_check
     from onnxbridge.adapters import default_opset
     from onnxbridge.backends.tensorrt import engine, flavours
-    from onnxbridge.errors import UnavailableError, UnsupportedError
+    from onnxbridge.errors import UnsupportedError
     from onnxbridge.fileio import load_onnx, save_onnx
 
-    try:
-        flavour = flavours.load()
-    except UnavailableError as exc:
-        return [f"cannot check without TensorRT: {exc.one_line()}"]
+    flavour = flavours.load()  # UnavailableError (exit 3, with the install hint) without TensorRT
     model = load_onnx(onnx_path)
     found: list[str] = []
     opset, ceiling = default_opset(model), flavour.opset_ceiling

@@ -29,6 +29,7 @@ def to_onnx(program: str, params: str, save_file: str, opset: int, scratch: str)
     Its refusal of an operator (an abort) is an UnsupportedError quoting it; any other crash a NativeCrash; an error
     it only logged an ExportError with that message.
     """
+    from onnxbridge import lifeline
     from onnxbridge.frontends.paddle import environment
     from onnxbridge.worker import native_crash
 
@@ -40,8 +41,8 @@ def to_onnx(program: str, params: str, save_file: str, opset: int, scratch: str)
     request.write_text(json.dumps({"program": program, "params": params, "save_file": save_file, "opset": opset,
                                    "scratch": scratch, "result_file": str(result)}))
     env = {**os.environ, "GLOG_minloglevel": "2", "FLAGS_call_stack_level": "0", "PYTHONNOUSERSITE": "1"}
-    done = subprocess.run([python, str(CHILD), str(request)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, env=env, cwd=scratch)
+    done = lifeline.run([python, str(CHILD), str(request)], step="converting with paddle2onnx",
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=scratch)
     printed = done.stdout.decode("utf-8", "replace")
     if done.returncode != 0 or not result.is_file():
         if "unsupported operators" in printed:  # its refusal of an operator it lacks is an abort

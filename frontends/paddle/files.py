@@ -1,9 +1,11 @@
 """Find the two files of a Paddle inference model: the program (.json PIR or .pdmodel) and its weights."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from onnxbridge.errors import BadInputError
+from onnxbridge.fileio import regular
 from onnxbridge.frontends.paddle import PARAMS, PROGRAMS
 
 
@@ -28,9 +30,8 @@ def inference_files(path: Path) -> tuple[Path, Path]:
             raise BadInputError(f"'{path.name}' holds only weights; its program ({path.stem}.json or "
                                 f"{path.stem}.pdmodel) is missing beside it")
         return programs[0], path
-    if not path.is_file():
-        raise BadInputError(f"'{path}' is not a file")
+    regular(path, "the Paddle program")
     params = path.with_suffix(PARAMS)
-    if not params.is_file():
+    if not os.path.lexists(params):
         raise BadInputError(f"the weights of '{path.name}' are missing: expected '{params.name}' beside it")
-    return path, params
+    return path, regular(params, "the weights file")

@@ -6,15 +6,13 @@ import zipfile
 from pathlib import Path
 
 from onnxbridge.errors import TRUST_HINT, BadInputError, UnsafeInputError
+from onnxbridge.fileio import regular
 
 
 
 def kind(path: Path) -> str:
     """'pt2' (torch.export), 'torchscript', or 'pickle' (torch.save of arbitrary objects)."""
-    if not path.exists():
-        raise BadInputError(f"'{path}' does not exist")
-    if path.is_dir():
-        raise BadInputError(f"'{path}' is a directory, not a torch file")
+    regular(path, "the torch file")
     if not zipfile.is_zipfile(path):
         with open(path, "rb") as f:
             head = f.read(2)

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxbridge.errors import TRUST_HINT, BadInputError, UnavailableError, UnsafeInputError
+from onnxbridge.fileio import regular
 
 PICKLES = (".joblib", ".pkl", ".pickle")
 SKOPS = ".skops"
@@ -20,8 +21,7 @@ def is_estimator(obj: Any) -> bool:
 
 def load(path: Path, trust: bool) -> tuple[Any, str]:
     """(estimator, kind label) from ``path``; the file is only read."""
-    if not path.is_file():
-        raise BadInputError(f"'{path}' is not a file")
+    regular(path, "the estimator file")
     suffix = path.suffix.lower()
     if suffix == SKOPS:
         obj, kind = _load_skops(path, trust), "skops file"

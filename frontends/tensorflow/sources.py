@@ -13,6 +13,7 @@ from onnxbridge.frontends.tensorflow.tfimport import import_tf
 from onnxbridge.frontends.tensorflow.unsafe_ops import check_saved_model
 
 from onnxbridge.errors import BadInputError, UnsafeInputError
+from onnxbridge.fileio import regular
 from onnxbridge.specs import TensorSpec, as_arrays
 
 
@@ -58,8 +59,7 @@ def resolve(source: Any, *, signature: str | None, trust: bool, sample_inputs: A
 def _load_keras(path: Path, trust: bool):
     import keras
 
-    if not path.is_file():
-        raise BadInputError(f"'{path}' does not exist")
+    regular(path, "the Keras file")
     try:
         return keras.saving.load_model(str(path), compile=False, safe_mode=not trust)
     except Exception as exc:  # noqa: BLE001 - any failure in TF becomes one line

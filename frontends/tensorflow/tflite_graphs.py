@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from onnxbridge.errors import UnsupportedError
+from onnxbridge.errors import BadInputError, UnsupportedError
 
 # TFLite ops tf2onnx has no handler for, that a converter commonly emits: why, for the refusal
 NO_HANDLER = {
@@ -44,6 +44,11 @@ def _called(options) -> list[tuple[object, str, int]]:
             if isinstance(v, int) and (k.endswith("SubgraphIndex") or k == "subgraph")]
 
 
+def _ints(values) -> list[int]:
+    """A flatbuffer vector of indices (None, a list or a numpy array) as ints."""
+    return [int(v) for v in values] if values is not None else []
+
+
 class TFLiteGraphs:
     """A parsed ``.tflite`` file (the flatbuffer's object form; buffers are views of the file's bytes)."""
 
@@ -56,6 +61,42 @@ class TFLiteGraphs:
                          for c in self.model.operatorCodes or []]
         self.custom = {i for i, c in enumerate(self.model.operatorCodes or [])
                        if max(c.builtinCode, c.deprecatedBuiltinCode) == schema.BuiltinOperator.CUSTOM}
+
+    def check_indices(self) -> None:
+        """Refuse an index out of range: a signature's subgraph or tensors, a subgraph's inputs and outputs, an
+        operator's code, tensors and called subgraphs, a tensor's buffer. The interpreter follows some of them
+        unchecked (a signature naming subgraph 77 ends the process), so a crafted file stops here, before it runs."""
+        model = self.model
+        subgraphs, buffers = model.subgraphs or [], len(model.buffers or [])
+        if not subgraphs:
+            raise BadInputError(f"'{self.path.name}' is not a TFLite model: it has no subgraphs")
+        for s in model.signatureDefs or []:
+            where = f"signature '{(s.signatureKey or b'').decode('utf-8', 'replace')}'"
+            self._in_range(s.subgraphIndex, len(subgraphs), f"{where} runs subgraph", "subgraphs")
+            tensors = len(subgraphs[s.subgraphIndex].tensors or [])
+            for t in [*(s.inputs or []), *(s.outputs or [])]:
+                self._in_range(t.tensorIndex, tensors, f"{where} names tensor", "tensors in its subgraph")
+        for n, graph in enumerate(subgraphs):
+            tensors = len(graph.tensors or [])
+            for t in graph.tensors or []:
+                self._in_range(t.buffer, buffers, f"subgraph {n} keeps a tensor in buffer", "buffers")
+            for i in [*_ints(graph.inputs), *_ints(graph.outputs)]:
+                self._in_range(i, tensors, f"subgraph {n} names tensor", "tensors")
+            for op in graph.operators or []:
+                self._in_range(op.opcodeIndex, len(self.op_names), f"subgraph {n} uses operator code", "codes")
+                for i in [*_ints(op.inputs), *_ints(op.outputs), *_ints(op.intermediates)]:
+                    if i != -1:  # an optional input left out
+                        self._in_range(i, tensors, f"an operator in subgraph {n} names tensor", "tensors")
+                for _, _, called in [*_called(op.builtinOptions), *_called(getattr(op, "builtinOptions2", None))]:
+                    self._in_range(called, len(subgraphs), f"an operator in subgraph {n} calls subgraph", "subgraphs")
+
+    def _in_range(self, index: int, count: int, what: str, of: str) -> None:
+        if not 0 <= index < count:
+            raise BadInputError(f"'{self.path.name}' is damaged: {what} {index}; it has {count} {of}")
+
+    def signatures(self) -> list[str]:
+        """The signature keys, in the file's order."""
+        return [(s.signatureKey or b"").decode("utf-8", "replace") for s in self.model.signatureDefs or []]
 
     def signature_subgraph(self, key: str | None) -> int:
         """The subgraph index the signature ``key`` runs (0 without signatures)."""

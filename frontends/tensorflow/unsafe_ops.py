@@ -24,7 +24,10 @@ they call (``PartitionedCall`` and any other function-valued attribute: ``If``/`
 branches, dataset functions, gradients). The SavedModel's own checkpoint writer and reader
 (``__inference__traced_save/restore``) are not run by the loader and are not checked; the variables are
 restored by TF's Python checkpoint code. A TF1 SavedModel is checked whole: every node and function,
-except its saver's Save/Restore nodes fed by the saver's filename tensor.
+except its saver's own Save/Restore nodes where they cannot reach outside the model's variables folder: the
+Restore nodes the restore op runs, reading the filename tensor the loader feeds with that folder, and the Save
+nodes nothing runs at load. A Save or Restore node the init op or a signature reaches runs with the path the
+graph itself holds (the filename tensor's default: any path the file chose), and is refused.
 """
 from __future__ import annotations
 
@@ -192,21 +195,27 @@ def _check_v1(path: Path, meta) -> None:
     saver = set(_saver_nodes(meta))
     for node in meta.graph_def.node:
         if node.name not in saver:
-            library.node(node, f"node '{node.name}'")
+            where = " (a checkpoint op not confined to the model's variables folder)" if node.op in SAVER_OPS else ""
+            library.node(node, f"node '{node.name}'{where}")
     library.check(library.functions)
 
 
 def _saver_nodes(meta) -> Iterator[str]:
-    """Names of the Save/Restore nodes whose path inputs are built from the saver's filename tensor only."""
-    filename = meta.saver_def.filename_tensor_name.split(":")[0]
+    """Names of the saver's Save/Restore nodes that only ever see the model's variables folder: Restore nodes the
+    restore op runs that read the (fed) filename tensor itself, and nodes nothing runs at load whose path inputs
+    are built from the filename tensor. None that the init op or a signature reaches (the filename is not fed
+    there: its default, a path of the file's choosing, is used)."""
+    filename = _node_name(meta.saver_def.filename_tensor_name)
     if not filename:
         return
     nodes = {n.name: n for n in meta.graph_def.node}
+    unfed = _reached(nodes, _load_roots(meta))
+    restored = _reached(nodes, [meta.saver_def.restore_op_name], stop=filename)
 
     def from_filename(name: str) -> bool:
         seen, stack, reached = set(), [name], False
         while stack:
-            current = stack.pop().split(":")[0]
+            current = _node_name(stack.pop())
             if current == filename:
                 reached = True
             elif current not in seen:
@@ -219,8 +228,55 @@ def _saver_nodes(meta) -> Iterator[str]:
 
     for node in nodes.values():
         slots = SAVER_OPS.get(node.op, ())
-        if slots and all(i < len(node.input) and from_filename(node.input[i]) for i in slots):
+        if not slots or node.name in unfed or any(i >= len(node.input) for i in slots):
+            continue
+        if node.name in restored:
+            if node.op.startswith("Restore") and _node_name(node.input[0]) == filename:
+                yield node.name
+        elif all(from_filename(node.input[i]) for i in slots):
             yield node.name
+
+
+def _node_name(ref: str) -> str:
+    """The node a graph reference names ("^node", "node:1", "node")."""
+    return ref.lstrip("^").split(":")[0]
+
+
+def _reached(nodes: Mapping[str, Any], roots: Iterable[str], stop: str = "") -> set[str]:
+    """Names of the nodes that running ``roots`` runs (data and control inputs), not above the node ``stop``."""
+    seen: set[str] = set()
+    stack = [_node_name(r) for r in roots]
+    while stack:
+        name = stack.pop()
+        if name in seen or name == stop or name not in nodes:
+            continue
+        seen.add(name)
+        stack += [_node_name(i) for i in nodes[name].input]
+    return seen
+
+
+def _load_roots(meta) -> list[str]:
+    """What loading a TF1 MetaGraph (and calling its signatures) runs without feeding the saver's filename: every
+    signature's outputs (the init op's ``__saved_model_init_op`` among them), the main_op / legacy_init_op
+    collections, and the table and local-variable initialisers TF runs where there is no init op."""
+    from tensorflow.core.framework import variable_pb2
+
+    def tensors(info) -> list[str]:
+        sparse = info.coo_sparse
+        return [info.name, sparse.values_tensor_name, sparse.indices_tensor_name, sparse.dense_shape_tensor_name,
+                *[n for c in info.composite_tensor.components for n in tensors(c)]]
+
+    roots = [n for s in meta.signature_def.values() for info in s.outputs.values() for n in tensors(info)]
+    collections = meta.collection_def
+    for key in ("saved_model_main_op", "legacy_init_op", "table_initializer"):
+        roots += collections[key].node_list.value if key in collections else []
+    for raw in collections["local_variables"].bytes_list.value if "local_variables" in collections else []:
+        try:
+            variable = variable_pb2.VariableDef.FromString(raw)
+        except Exception:  # noqa: BLE001 - TF fails to load it by itself
+            continue
+        roots += [variable.initializer_name, variable.snapshot_name, variable.initial_value_name]
+    return [r for r in roots if r]
 
 
 # TFLite ----------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ baseline -> ``outputs.write_outputs`` (matrix.json, .xml, .md, .html).
 """
 from __future__ import annotations
 
-import json
+import math
 import os
 import sys
 import time
@@ -38,24 +38,15 @@ def matrix(manifest: str | Path, outdir: str | Path, *, workers: int | None = No
     over cell names (``cnn/onnx-*``); ``baseline``: an older matrix.json: its passed cells that do not pass now are
     ``regressions``; ``cache``: reuse cells that passed with the same key; ``timeout``: seconds per cell (then
     ``error``); ``progress``: a bar on a terminal, else a line per finished cell on stderr (False: silent). Raises
-    BadInputError for a bad manifest, executor or baseline; a cell's failure is in its record. The result's
-    ``status``: ``failed`` (a failed or error cell, or a regression), else ``skipped`` when a cell was skipped
-    (not run or not compared: never a pass), else ``passed``.
+    BadInputError (one line) for a bad argument, manifest, executor or baseline; a cell's failure is in its record.
+    The result's ``status``: ``failed`` (a failed or error cell, or a regression), else ``skipped`` when a cell was
+    skipped (not run or not compared: never a pass), else ``passed``.
     """
     from onnxbridge.matrix.cache import cell_keys, reusable, save_record
     from onnxbridge.matrix.cells import expand
     from onnxbridge.matrix.manifest import load_manifest
 
-    if executor not in EXECUTORS:
-        raise BadInputError(f"unknown executor '{executor}'; known: {', '.join(EXECUTORS)}")
-    if ray_address and executor != "ray":
-        raise BadInputError("--ray-address needs --executor ray")
-    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-        raise BadInputError(f"workers={workers!r} must be an int >= 1")
-    if timeout is not None and (not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise BadInputError(f"timeout={timeout!r} must be a number of seconds > 0")
-    if isinstance(only, str):
-        only = (only,)
+    only = _check_arguments(manifest, outdir, workers, executor, ray_address, only, baseline, timeout)
     started_at = time.monotonic()
     loaded = load_manifest(manifest)
     cells = expand(loaded, only)
@@ -114,9 +105,39 @@ def matrix(manifest: str | Path, outdir: str | Path, *, workers: int | None = No
     return result
 
 
+def _check_arguments(manifest, outdir, workers, executor, ray_address, only, baseline, timeout) -> tuple[str, ...]:
+    """Refuse (BadInputError, one line) an argument of the wrong type or value; ``only`` as a tuple of patterns."""
+    for name, value, optional in (("manifest", manifest, False), ("outdir", outdir, False),
+                                  ("baseline", baseline, True)):
+        if not isinstance(value, (str, os.PathLike)) and not (optional and value is None):
+            raise BadInputError(f"{name}={value!r} must be a path (str or os.PathLike)")
+    if executor not in EXECUTORS:
+        raise BadInputError(f"unknown executor {executor!r}; known: {', '.join(EXECUTORS)}")
+    if ray_address is not None and not isinstance(ray_address, str):
+        raise BadInputError(f"ray_address={ray_address!r} must be a string")
+    if ray_address and executor != "ray":
+        raise BadInputError("--ray-address needs --executor ray")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
+        raise BadInputError(f"workers={workers!r} must be an int >= 1")
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                or not math.isfinite(timeout) or timeout <= 0):
+        raise BadInputError(f"timeout={timeout!r} must be a finite number of seconds > 0")
+    only = (only,) if isinstance(only, str) else () if only is None else only
+    if not isinstance(only, (list, tuple)) or not all(isinstance(p, str) for p in only):
+        raise BadInputError(f"only={only!r} must be a list of glob patterns (strings)")
+    return tuple(only)
+
+
 def _check_outdir(outdir: Path) -> None:
+    """OUTDIR must be a folder, and no summary's name in it a folder: checked before any cell runs, so the summaries
+    are never lost at the end."""
+    from onnxbridge.matrix.outputs import OUTPUT_NAMES
+
     if outdir.exists() and not outdir.is_dir():
         raise BadInputError(f"-o '{outdir}' is a file; the matrix writes a folder")
+    for name in OUTPUT_NAMES:
+        if (outdir / name).is_dir() and not (outdir / name).is_symlink():
+            raise BadInputError(f"'{outdir / name}' is a folder; the matrix writes its summary {name} there")
 
 
 def _record(cell, status: str, reason: str | None) -> dict:
@@ -132,14 +153,11 @@ def skipped_record(cell) -> dict:
 
 
 def load_baseline(path: str | Path) -> dict[str, str]:
-    """Cell name -> status from an older matrix.json; a missing or malformed file is refused."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInputError(f"--baseline '{path}': cannot read it: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise BadInputError(f"--baseline '{path}' is not JSON: {exc}") from None
+    """Cell name -> status from an older matrix.json; a missing or malformed file (or a FIFO, a device) is
+    refused."""
+    from onnxbridge.matrix.cache import read_json
+
+    data = read_json(path, "--baseline")
     cells = data.get("cells") if isinstance(data, dict) else None
     if not isinstance(cells, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
                                               and isinstance(r.get("status"), str) for r in cells):

@@ -34,11 +34,22 @@ def new_record(cell: Cell, status: str = "error", reason: str | None = None, sec
 
 
 def cell_folder(cell: Cell, outdir: Path) -> Path:
-    """``OUTDIR/<cell.name>``, refused (ValueError) where the name would leave OUTDIR."""
+    """``OUTDIR/<cell.name>`` (``folder_for``)."""
+    return folder_for(cell.name, outdir)
+
+
+def folder_for(name: str, outdir: str | Path) -> Path:
+    """``OUTDIR/<name>``, refused (ValueError) where the name would leave OUTDIR or a folder on the way below OUTDIR
+    is a symbolic link: nothing of a cell's is written or read through one."""
     outdir = Path(outdir).resolve()
-    folder = (outdir / cell.name).resolve()
+    folder = outdir
+    for part in Path(name).parts:
+        folder = folder / part
+        if folder.is_symlink():
+            raise ValueError(f"'{folder}' is a symbolic link; a cell's folder must be a folder of its own in {outdir}")
+    folder = folder.resolve()
     if folder == outdir or outdir not in folder.parents:
-        raise ValueError(f"cell name '{cell.name}' does not name a folder inside {outdir}")
+        raise ValueError(f"cell name '{name}' does not name a folder inside {outdir}")
     return folder
 
 

@@ -13,7 +13,8 @@ from onnxbridge.matrix.manifest import Manifest, backend_option_names
 @dataclass(frozen=True)
 class Cell:
     """One conversion of the matrix. ``options``: ``convert(**options)`` keywords (JSON-serializable); ``key``: its
-    cache key (``onnxbridge.matrix.cache.cell_key``); ``skip``: why it is not run (status skipped)."""
+    cache key (``onnxbridge.matrix.cache.cell_key``); ``skip``: why it is not run (status skipped); ``data`` and
+    ``env``: the files and environment variables the model declares it reads (part of the key)."""
 
     model: str
     target: str
@@ -23,6 +24,8 @@ class Cell:
     options: dict = field(default_factory=dict)
     key: str = ""
     skip: str | None = None
+    data: list[str] = field(default_factory=list)
+    env: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -36,7 +39,8 @@ class Cell:
     @classmethod
     def from_dict(cls, d: dict) -> Cell:
         known = {f: d[f] for f in cls.__dataclass_fields__ if f in d}
-        return cls(**{**known, "options": dict(known.get("options") or {})})
+        return cls(**{**known, "options": dict(known.get("options") or {}), "data": list(known.get("data") or ()),
+                       "env": list(known.get("env") or ())})
 
     def output_name(self) -> str:
         """The artifact's file name in the cell's folder: ``model`` + the backend's first suffix."""
@@ -110,7 +114,8 @@ def expand(manifest: Manifest, only: Sequence[str] = ()) -> list[Cell]:
             if _excluded(manifest, model.name, target, precision, opset):
                 continue
             cell = Cell(model.name, target, precision, opset, model.source,
-                        _cell_options(model.options, target, backend_options))
+                        _cell_options(model.options, target, backend_options), data=list(model.data),
+                        env=list(model.env))
             if only and not any(fnmatch.fnmatchcase(cell.name, pattern) for pattern in only):
                 continue
             skip = _precision_skip(target, precision, declared)

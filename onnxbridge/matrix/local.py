@@ -97,13 +97,18 @@ def kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def thread_env(threads: int | None) -> dict[str, str]:
+def thread_env(threads: int | None, timeout: float | None = None) -> dict[str, str]:
     """The environment for a cell's process: ``threads`` math threads unless the user set them (N cells at once
-    each using every core would only fight)."""
+    each using every core would only fight), and the cell's ``timeout`` as its run time budget (the conversion then
+    names the step that ran out; without one, the default budget applies)."""
+    from onnxbridge import deadline
+
     env = dict(os.environ)
     if threads:
         for var in _THREAD_VARS:
             env.setdefault(var, str(threads))
+    if timeout is not None:
+        env[deadline.ENV] = f"{timeout:g}"
     return env
 
 
@@ -125,7 +130,7 @@ def run_subprocess(cell: Cell, outdir: str | Path, timeout: float | None = None,
         with open(log, "wb") as out:
             proc = running.start([sys.executable, "-m", "onnxbridge.matrix.cell", str(cell_json), str(outdir),
                                   str(record_json)], stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                 env=thread_env(threads))
+                                 env=thread_env(threads, timeout))
             try:
                 try:
                     code = proc.wait(timeout)

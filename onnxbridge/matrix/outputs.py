@@ -6,11 +6,14 @@ Every name is escaped: model names come from user manifests. Each file is writte
 """
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from html import escape
 from pathlib import Path
 from urllib.parse import quote
+
+from onnxbridge.renderers.text import md_code as _code
+from onnxbridge.renderers.text import md_text as _md
+from onnxbridge.renderers.text import xml_safe as _xml
 
 MATRIX_SCHEMA_VERSION = "1.1"  # 1.1: status "skipped" when a cell was skipped and none failed
 STATUSES = ("passed", "failed", "error", "skipped")
@@ -18,7 +21,8 @@ MARK = {"passed": "✅", "failed": "❌", "error": "💥", "skipped": "⏭️"}
 COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "error": "#e65100", "skipped": "#757575"}
 FILLS = {"passed": "#e8f5e9", "failed": "#ffebee", "error": "#fff3e0", "skipped": "#f4f4f4"}
 MESSAGE_CHARS = 500
-_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # outside XML 1.0's Char
+OUTPUTS = {"json": "matrix.json", "junit": "matrix.xml", "markdown": "matrix.md", "html": "matrix.html"}  # in OUTDIR
+OUTPUT_NAMES = tuple(OUTPUTS.values())
 
 
 def opset_label(opset: int | None) -> str:
@@ -107,11 +111,6 @@ def _grid(matrix: dict, precision: str) -> dict[tuple[str, tuple], dict]:
 
 # ---- JUnit --------------------------------------------------------------------------------------------------------
 
-def _xml(text) -> str:
-    """Text XML 1.0 can hold (control characters from a crash message would make the file unreadable)."""
-    return _NOT_XML.sub("\ufffd", str(text))
-
-
 def _message(record: dict, regressed: bool) -> str:
     text = record.get("reason") or record["status"]
     worst = worst_text(record.get("worst"))
@@ -170,18 +169,6 @@ def render_junit(matrix: dict) -> str:
 
 
 # ---- Markdown -----------------------------------------------------------------------------------------------------
-
-def _code(name) -> str:
-    """A user's name as a code span that cannot break a table (pipes), the span (backticks) or the page (HTML)."""
-    text = str(name).replace("`", "'").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
-    return f"`{text}`"
-
-
-def _md(text) -> str:
-    """Free text (a reason) for a Markdown table or list: no table breaks, no raw HTML."""
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-            .replace("\r", " ").replace("\n", " "))
-
 
 def _md_cell(record: dict | None, regressed: bool) -> str:
     if record is None:
@@ -355,8 +342,7 @@ def write_outputs(matrix: dict, outdir: str | Path) -> dict[str, Path]:
 
     outdir = Path(outdir)
     matrix = with_schema(matrix)
-    paths = {"json": write_json(outdir / "matrix.json", matrix)}
-    for fmt, name, render in (("junit", "matrix.xml", render_junit), ("markdown", "matrix.md", render_markdown),
-                              ("html", "matrix.html", render_html)):
-        paths[fmt] = atomic_write_bytes(outdir / name, render(matrix).encode("utf-8"))
+    paths = {"json": write_json(outdir / OUTPUTS["json"], matrix)}
+    for fmt, render in (("junit", render_junit), ("markdown", render_markdown), ("html", render_html)):
+        paths[fmt] = atomic_write_bytes(outdir / OUTPUTS[fmt], render(matrix).encode("utf-8"))
     return paths

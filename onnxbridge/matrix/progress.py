@@ -7,6 +7,7 @@ import threading
 from typing import IO, Any
 
 from onnxbridge.matrix.outputs import worst_text
+from onnxbridge.renderers.text import printable
 
 _NOT_PASSED = ("failed", "error")
 
@@ -103,7 +104,7 @@ class MatrixProgress:
             parts.append("(cached)")
         if record.get("reason"):
             parts.append(f"- {' '.join(str(record['reason']).split())[:300]}")
-        return "  ".join(parts)
+        return printable("  ".join(parts))  # names and crash messages: control characters shown, never sent
 
     def _refresh(self, advance: int = 0) -> None:
         if self._bar is not None:

@@ -1,5 +1,6 @@
 """The Ray executor: each cell a Ray task that runs it in a process of its own on its node (as the local executor
-does) and returns its record and folder (tar.gz bytes), unpacked into ``OUTDIR/<cell.name>/`` on the driver.
+does) and streams back its record, then its folder as tar.gz chunks (a Ray streaming generator: neither end holds
+the folder in memory), unpacked member by member into ``OUTDIR/<cell.name>/`` on the driver.
 
 Without an address a local Ray is started (``num_cpus=workers``, no dashboard, no usage reporting, quiet logs) and
 shut down after; with one, the run joins that cluster. A Ray session already started in this process is used as it
@@ -8,13 +9,12 @@ whose worker or node died is retried once (``max_retries=1``), then the cell is 
 """
 from __future__ import annotations
 
-import io
 import logging
 import os
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,8 @@ RAY_HINT = "pip install 'onnxbridge[ray]'"
 MEMORY_HINT = 2 * 2**30  # bytes a cell declares (capped at the largest node's)
 GRACE_S = 60.0  # beyond a cell's own timeout (which its node enforces), the driver cancels the task
 _IDENTITY = ("name", "model", "target", "precision", "opset", "key")
+CHUNK = 4 << 20  # bytes of a cell's tar.gz per streamed object
+MAX_DEPTH = 64  # folders deep a member of a cell's folder may lie; a deeper one is refused, never created
 
 
 def import_ray():
@@ -46,40 +48,60 @@ def import_ray():
     return ray
 
 
-def pack(folder: Path) -> bytes:
-    """A folder's contents as tar.gz bytes, names relative to it (empty when the folder is missing)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        if folder.is_dir():
-            for entry in sorted(folder.iterdir()):
-                tar.add(entry, arcname=entry.name)
-    return buf.getvalue()
+def pack(folder: Path) -> Iterator[bytes]:
+    """A folder's contents as tar.gz, names relative to it, in chunks of at most ``CHUNK`` bytes read back from a
+    temporary file (an empty archive when the folder is missing). The folder is walked without recursion; links are
+    stored as links (``unpack`` refuses them)."""
+    with tempfile.TemporaryFile(prefix="onnxbridge-matrix-pack-") as f:
+        with tarfile.open(fileobj=f, mode="w:gz") as tar:
+            for parent, folders, files in os.walk(folder) if folder.is_dir() else ():
+                folders.sort()
+                for name in [*folders, *sorted(files)]:
+                    path = Path(parent, name)
+                    tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
+        f.seek(0)
+        while chunk := f.read(CHUNK):
+            yield chunk
 
 
-def unpack(data: bytes, folder: Path) -> None:
-    """Replace ``folder``'s contents with the archive's. Refused (ValueError) before anything is written: members
-    with an absolute name or a ``..`` part, and anything but files and folders (links, devices)."""
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        members = tar.getmembers()
-        for m in members:
-            parts = PurePosixPath(m.name).parts
-            if m.name.startswith(("/", "\\")) or PurePosixPath(m.name).is_absolute() or ".." in parts or not parts:
-                raise ValueError(f"archive member '{m.name}' would land outside the cell's folder")
-            if not (m.isfile() or m.isdir()):
-                raise ValueError(f"archive member '{m.name}' is not a file or folder")
-        clear_folder(folder)
-        tar.extractall(folder, members=members, filter="data")
+def _check_member(member: tarfile.TarInfo) -> None:
+    """Refuse (ValueError) a member that would land outside the folder (an absolute name, a ``..`` part), lie more
+    than ``MAX_DEPTH`` folders deep, or be anything but a file or folder (a link, a device)."""
+    name = member.name
+    parts = PurePosixPath(name).parts
+    if name.startswith(("/", "\\")) or PurePosixPath(name).is_absolute() or ".." in parts or not parts:
+        raise ValueError(f"archive member '{name[:200]}' would land outside the cell's folder")
+    if len(parts) > MAX_DEPTH:
+        raise ValueError(f"archive member '{name[:200]}...' lies {len(parts)} folders deep (at most {MAX_DEPTH})")
+    if not (member.isfile() or member.isdir()):
+        raise ValueError(f"archive member '{name[:200]}' is not a file or folder")
 
 
-def run_on_node(cell_dict: dict, timeout: float | None, threads: int | None) -> tuple[dict, bytes]:
-    """The Ray task: the cell in a process of its own in a scratch OUTDIR on this node; its record and folder."""
+def unpack(chunks: Iterable[bytes], folder: Path) -> None:
+    """Replace ``folder``'s contents with the tar.gz streamed as ``chunks`` (spooled to a temporary file). Every
+    member is checked (``_check_member``) before anything is written, then extracted one at a time."""
+    with tempfile.TemporaryFile(prefix="onnxbridge-matrix-unpack-") as f:
+        for chunk in chunks:
+            f.write(chunk)
+        f.seek(0)
+        with tarfile.open(fileobj=f, mode="r:gz") as tar:
+            for member in tar:
+                _check_member(member)
+            clear_folder(folder)
+            for member in tar.getmembers():
+                tar.extract(member, folder, filter="data")
+
+
+def run_on_node(cell_dict: dict, timeout: float | None, threads: int | None) -> Iterator[dict | bytes]:
+    """The Ray task (a streaming generator): the cell in a process of its own in a scratch OUTDIR on this node;
+    yields its record, then its folder as tar.gz chunks (``pack``)."""
     from onnxbridge.matrix.cells import Cell
     from onnxbridge.matrix.local import run_subprocess
 
     cell = Cell.from_dict(cell_dict)
     with tempfile.TemporaryDirectory(prefix="onnxbridge-matrix-ray-") as tmp:
-        record = run_subprocess(cell, Path(tmp), timeout, threads=threads)
-        return record, pack(cell_folder(cell, Path(tmp)))
+        yield run_subprocess(cell, Path(tmp), timeout, threads=threads)
+        yield from pack(cell_folder(cell, Path(tmp)))
 
 
 class RayExecutor:
@@ -148,7 +170,7 @@ class RayExecutor:
                     if cell.skip:
                         done(run_cell(cell, outdir))
                         continue
-                    ref = task.options(num_cpus=1, memory=memory or None,
+                    ref = task.options(num_cpus=1, memory=memory or None, num_returns="streaming",
                                        num_gpus=1 if gpus and cell.target == "tensorrt" else 0, max_retries=1,
                                        retry_exceptions=False, name=f"onnxbridge-matrix {cell.name}"
                                        ).remote(cell.as_dict(), timeout, threads)
@@ -174,13 +196,15 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
             raise
 
-    def _collect(self, ray, ref, cell: Cell, outdir: Path, seconds: float) -> dict:
-        """A finished task's record, its folder unpacked into OUTDIR; a task that raised or whose worker died (after
-        its retry) is an ``error``."""
+    def _collect(self, ray, stream, cell: Cell, outdir: Path, seconds: float) -> dict:
+        """A task's record (its first object), its folder (the rest) unpacked into OUTDIR; a task that raised or
+        whose worker died (after its retry), or whose folder cannot come back, is an ``error``."""
         from ray import exceptions as rx
 
         try:
-            record, data = ray.get(ref)
+            record = ray.get(next(stream))
+        except StopIteration:
+            return _lost(cell, outdir, "the Ray task returned nothing", seconds)
         except rx.TaskCancelledError:
             return _lost(cell, outdir, "cancelled (the Ray task was stopped)", seconds)
         except (rx.WorkerCrashedError, rx.NodeDiedError, rx.LocalRayletDiedError, rx.OutOfMemoryError,
@@ -193,8 +217,8 @@ class RayExecutor:
             return _lost(cell, outdir, f"Ray failed: {describe_error(exc)}", seconds)
         record = {**record, **{k: v for k, v in new_record(cell).items() if k in _IDENTITY}}
         try:
-            unpack(data, cell_folder(cell, outdir))
-        except (ValueError, OSError, tarfile.TarError) as exc:
+            unpack((ray.get(ref) for ref in stream), cell_folder(cell, outdir))
+        except Exception as exc:  # noqa: BLE001 - a folder that cannot come back is this cell's error, not the run's
             return _lost(cell, outdir, f"refused the cell's folder from its Ray node: {describe_error(exc)}",
                          seconds)
         return record

@@ -9,6 +9,7 @@ from html import escape
 
 from onnxbridge.compare import HISTOGRAM_EDGES
 from onnxbridge.renderers import chains, verdict
+from onnxbridge.renderers.text import xml_safe
 from onnxbridge.report import (dynamic_axes_text, localization_summary, snr_cell, tolerance_text, trace_cells,
                                trace_window)
 
@@ -331,5 +332,6 @@ def render(report: dict) -> str:
     for title, key in (("Notes", "notes"), ("Warnings", "warnings")):
         if report[key]:
             body.append(f"<h2>{title}</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in report[key]) + "</ul>")
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>onnxbridge report: {escape(status)}'
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>onnxbridge report: {escape(status)}'
             f"</title><style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n")
+    return xml_safe(page)  # names are escaped where they are written; a control character in one is not text

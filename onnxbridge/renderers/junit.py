@@ -8,6 +8,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from onnxbridge.renderers import model_name, verdict
+from onnxbridge.renderers.text import xml_safe
 from onnxbridge.report import (dynamic_axes_text, latency_text, localization_summary, tolerance_text, trace_cells,
                                trace_window)
 
@@ -84,5 +85,5 @@ def render(report: dict) -> str:
                               errors="0", skipped="0", time="0")
         case = ET.SubElement(suite, "testcase", classname=f"{model}.adapters", name="blockers", time="0")
         ET.SubElement(case, "failure", message="blocked", type="Unsupported").text = "\n".join(report["blockers"])
-    ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    ET.indent(root)  # names come from the user's model: ElementTree escapes markup, xml_safe what XML cannot hold
+    return xml_safe('<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n")

@@ -4,6 +4,7 @@ its first divergent node with the trace around it."""
 from __future__ import annotations
 
 from onnxbridge.renderers import chains, output_rows
+from onnxbridge.renderers.text import md_code, md_text
 from onnxbridge.report import (budget_text, dynamic_axes_text, localization_summary, snr_cell, tolerance_text,
                                trace_cells, trace_window)
 
@@ -14,25 +15,14 @@ def _num(value, spec: str = ".3g") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _text(text) -> str:
-    """Free text in a table cell or list item: pipes escaped, one line."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _code(name) -> str:
-    """A name from the user's model as a code span that cannot break a table (pipes) or the span (backticks)."""
-    text = str(name).replace("`", "'").replace("|", "\\|").replace("\n", " ")
-    return f"`{text}`"
-
-
 def localization_lines(hop: dict) -> list[str]:
     """A failed hop's localization: one line naming the first divergent node, and the trace around it (``#``: the
     tensor's position among the hop's checkpoints where the engine gives it)."""
-    where = localization_summary(hop, quote=_code)
+    where = localization_summary(hop, quote=md_code, text=md_text)
     if hop["status"] != "failed" or not where:
         return []
     loc = hop["localization"]
-    lines = [f"- 🔎 {hop['from']} → {hop['to']}: {where} ({loc.get('method') or ''})"]
+    lines = [f"- 🔎 {hop['from']} → {hop['to']}: {where} ({md_text(loc.get('method') or '')})"]
     rows, culprit = trace_window(loc)
     if not rows:
         return lines
@@ -42,8 +32,8 @@ def localization_lines(hop: dict) -> list[str]:
         if at == culprit and loc.get("first_divergent"):
             mark += " **← first divergent**"
         if t.get("error"):  # not comparable, or NaN/inf on one side, in words
-            mark += " " + str(t["error"]).replace("|", "\\|").replace("<", "&lt;")
-        lines.append("| " + " | ".join([str(t.get("index", at)), _code(t.get("node")), _code(t.get("output")),
+            mark += " " + md_text(t["error"])
+        lines.append("| " + " | ".join([str(t.get("index", at)), md_code(t.get("node")), md_code(t.get("output")),
                                         *trace_cells(t), mark]) + " |")
     return lines + [""]
 
@@ -51,10 +41,12 @@ def localization_lines(hop: dict) -> list[str]:
 def render(report: dict) -> str:
     src, art = report["source"], report.get("artifact") or {}
     lines = [f"### onnxbridge {report['tool']['command']}: {MARK.get(report['status'], '')} {report['status']}", ""]
-    lines.append(f"**Source:** {src.get('description') or src.get('kind')} ({src.get('framework')})  ")
+    lines.append(f"**Source:** {md_text(src.get('description') or src.get('kind'))} "
+                 f"({md_text(src.get('framework'))})  ")
     if art:
         opset = f", opset {art['opset']}" if "opset" in art else ""
-        lines.append(f"**Artifact:** `{art['path']}` ({art['format']}{opset}, {art['bytes']:,} bytes)  ")
+        lines.append(f"**Artifact:** {md_code(art['path'])} ({md_text(art['format'])}{opset}, "
+                     f"{art['bytes']:,} bytes)  ")
     if report["hops"]:
         runs = [" → ".join([run[0]["from"], *(f"{h['to']} {MARK[h['status']]}" for h in run)])
                 for run in chains(report["hops"])]
@@ -75,35 +67,38 @@ def render(report: dict) -> str:
             numeric = out.get("kind") == "numeric"
             why = out.get("error") or out.get("failed_check") or out.get("reason") or ""
             lines.append("| " + " | ".join([
-                f"{hop['from']} → {hop['to']}", _code(out["name"]), "×".join(map(str, out["shape"])),
+                f"{hop['from']} → {hop['to']}", md_code(out["name"]), "×".join(map(str, out["shape"])),
                 _num(out.get("max_abs")) if numeric else "-", _num(out.get("max_rel")) if numeric else "-",
                 _num(out.get("cosine"), ".6f") if numeric else "-", snr_cell(out) if numeric else "-",
                 f"{out.get('mismatch_fraction', 0):.2%}",
                 _num(out.get("required_atol")) if numeric else "-",
                 f"{out['top1_agreement']:.2%}" if "top1_agreement" in out else "-",
-                "✅" if out["passed"] else "❌ " + _text(why)]) + " |")
+                "✅" if out["passed"] else "❌ " + md_text(why)]) + " |")
         lines.append("")
         for hop in report["hops"]:
             rule = tolerance_text(hop)
             if rule:
-                lines.append(f"- ⚖️ {hop['from']} → {hop['to']}: {_text(rule)}")
+                lines.append(f"- ⚖️ {hop['from']} → {hop['to']}: {md_text(rule)}")
             dyn = dynamic_axes_text(hop)
             if dyn:
                 lines.append(f"- {'↔️' if (hop.get('dynamic_axes') or {}).get('exercised') else '⚠️'} "
-                             f"{hop['from']} → {hop['to']}: {_text(dyn)}")
+                             f"{hop['from']} → {hop['to']}: {md_text(dyn)}")
             for out in hop["outputs"]:
                 if not out["passed"] and budget_text(out):
-                    lines.append(f"- ❌ {hop['from']} → {hop['to']}: {_code(out['name'])} {_text(budget_text(out))}")
-            lines += [f"- ❌ {hop['from']} → {hop['to']}: {e}" for e in hop["errors"]]
+                    lines.append(f"- ❌ {hop['from']} → {hop['to']}: {md_code(out['name'])} "
+                                 f"{md_text(budget_text(out))}")
+            lines += [f"- ❌ {hop['from']} → {hop['to']}: {md_text(e)}" for e in hop["errors"]]
             if hop["status"] == "skipped":
-                lines.append(f"- ⏭️ {hop['from']} → {hop['to']}: skipped: {hop.get('skipped_reason', 'not run')}")
+                lines.append(f"- ⏭️ {hop['from']} → {hop['to']}: skipped: "
+                             f"{md_text(hop.get('skipped_reason', 'not run'))}")
             drift = hop.get("vs_source")
             if drift and not drift["passed"]:
                 worst = max((o.get("max_abs", 0.0) for o in drift["outputs"]), default=0.0)
                 lines.append(f"- {hop['to']} against the source: outside tolerance (max abs {worst:.3g})")
             lines += localization_lines(hop)
     if report.get("blockers"):
-        lines += ["", "**Blockers:**", *(f"- {b}" for b in report["blockers"])]
+        lines += ["", "**Blockers:**", *(f"- {md_text(b)}" for b in report["blockers"])]
     if report["notes"]:
-        lines += ["", "<details><summary>Notes</summary>", "", *(f"- {n}" for n in report["notes"]), "", "</details>"]
+        lines += ["", "<details><summary>Notes</summary>", "", *(f"- {md_text(n)}" for n in report["notes"]), "",
+                  "</details>"]
     return "\n".join(lines).rstrip() + "\n"

@@ -214,7 +214,7 @@ def test_unpack_refuses_escaping_members(tmp_path, name, kind, link):
     folder.mkdir()
     (folder / "kept").write_text("old")
     with pytest.raises(ValueError):
-        unpack(_tar(name, kind, link), folder)
+        unpack([_tar(name, kind, link)], folder)
     assert (folder / "kept").read_text() == "old"  # refused before anything changed
     src = tmp_path / "src"
     (src / "model.mlpackage").mkdir(parents=True)

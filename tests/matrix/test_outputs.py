@@ -125,7 +125,7 @@ def test_markdown_tables_per_precision(matrix):
     assert len(fp16) == 4 and fp16[2] == ["`cnn`", "✅ passed 0.0005", "⏭️ skipped"]
     # a reason's pipe, HTML and newline cannot break the list or the page
     line = next(ln for ln in md.splitlines() if "factory raised" in ln)
-    assert "\\| boom second line" in line and "&lt;RuntimeError&gt;" in line and "<RuntimeError>" not in md
+    assert "\\| boom second line" in line and "&lt;RuntimeError>" in line and "<RuntimeError>" not in md
 
 
 def test_markdown_marks_excluded_cells(matrix):
