@@ -117,9 +117,10 @@ def budget(limit: Any = None) -> Iterator[None]:
     _state.end, _state.total, _state.running = end, total, True
     armed = end is not None and threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGALRM, _alarm) if armed else None
+    theirs, started = (0.0, 0.0), time.monotonic()  # an alarm the caller had set (outside any budget)
     try:
         if armed:
-            signal.setitimer(signal.ITIMER_REAL, max(end - time.monotonic(), 1e-3))
+            theirs = signal.setitimer(signal.ITIMER_REAL, max(end - time.monotonic(), 1e-3))
         yield
     finally:
         if armed:
@@ -128,6 +129,8 @@ def budget(limit: Any = None) -> Iterator[None]:
         _state.end, _state.total, _state.running = outer_end, outer_total, outer_running
         if armed and outer_end is not None:  # the outer budget's alarm again
             signal.setitimer(signal.ITIMER_REAL, max(outer_end - time.monotonic(), 1e-3))
+        elif armed and theirs[0] > 0:  # the caller's own alarm, for the time it had left
+            signal.setitimer(signal.ITIMER_REAL, max(theirs[0] - (time.monotonic() - started), 1e-3), theirs[1])
 
 
 F = TypeVar("F", bound=Callable[..., Any])

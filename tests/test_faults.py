@@ -231,3 +231,23 @@ def test_a_timed_out_or_orphaned_matrix_cell_takes_its_worker_with_it(tmp_path):
     driver.kill()
     driver.wait()
     assert settled("matrix-killed") == []
+
+
+def test_a_budget_keeps_the_callers_alarm():
+    """A program's own SIGALRM handler and pending alarm survive a call run within a budget."""
+    import signal as sig
+
+    from onnxbridge import deadline
+
+    fired = []
+    previous = sig.signal(sig.SIGALRM, lambda *a: fired.append(1))
+    try:
+        sig.setitimer(sig.ITIMER_REAL, 0.5)
+        with deadline.budget(30):
+            assert deadline.remaining() <= 30
+        assert sig.getsignal(sig.SIGALRM) is not deadline._alarm
+        time.sleep(1.0)
+        assert fired == [1]
+    finally:
+        sig.setitimer(sig.ITIMER_REAL, 0)
+        sig.signal(sig.SIGALRM, previous)

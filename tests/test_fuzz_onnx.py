@@ -79,3 +79,21 @@ def test_loop_bombs_are_refused_without_running(results):
     assert bombs, "the corpus holds no loop bomb"
     assert any("would run" in r["output"] for r in bombs), _shown(bombs)
     assert all(r["seconds"] < 30 for r in bombs), _shown(bombs)
+
+
+def test_files_that_are_not_files_go_through_every_command(tmp_path):
+    """A FIFO, a link to /dev/zero and a link to nothing, named .onnx: every command refuses each at once, with
+    one line, before reading (a FIFO would block a reader forever; /dev/zero would fill memory)."""
+    import os
+
+    from tests.fuzzing import supervise
+
+    fifo, zero, dangling = tmp_path / "fifo.onnx", tmp_path / "zero.onnx", tmp_path / "gone.onnx"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    dangling.symlink_to(tmp_path / "nothing.onnx")
+    found = supervise([fifo, zero, dangling], tmp_path / "work", jobs=1, timeout=30)
+    assert len(found) == 15, _shown(found)
+    bad = [r for r in found if r["code"] != 2 or r["seconds"] > 20 or "does not exist" in r["output"] and
+           r["file"] != "gone.onnx" or sum(ln.startswith("error:") for ln in r["output"].splitlines()) != 1]
+    assert not bad, _shown(bad)
