@@ -51,18 +51,40 @@ class Graph:
         self.types = self._infer()
 
     def refresh(self) -> None:
-        """Recompute the maps after the graph changed (rewrites keep the names and types of what they replace,
-        so the types inferred at the start stay valid)."""
+        """Recompute the maps from the whole graph (``apply`` keeps them current rewrite by rewrite instead;
+        rewrites keep the names and types of what they replace, so the types inferred at the start stay valid)."""
         g = self.graph
-        self.producer = {o: n for n in g.node for o in n.output if o}
+        self.nodes = list(g.node)  # the maps hold these very objects: ``apply`` knows nodes by identity
+        self.producer = {o: n for n in self.nodes for o in n.output if o}
         self.consumers: dict[str, int] = {}
-        for n in g.node:
-            inner = {r for sub in subgraphs(n) for r in _references(sub)}
-            for i in [*n.input, *inner]:
-                self.consumers[i] = self.consumers.get(i, 0) + 1
+        for n in self.nodes:
+            self._count(n, 1)
         self.outputs = {o.name for o in g.output}
-        inputs = {i.name for i in g.input}
-        self.initializers = {t.name: t for t in g.initializer if t.name not in inputs}
+        self._inputs = {i.name for i in g.input}
+        self._initializer_names = {t.name for t in g.initializer}
+        self.initializers = {t.name: t for t in g.initializer if t.name not in self._inputs}
+
+    def _count(self, node: "onnx.NodeProto", step: int) -> None:
+        """Add ``step`` to the consumer count of each name ``node`` (and its subgraphs) reads; drop counts of 0."""
+        inner = {r for sub in subgraphs(node) for r in _references(sub)}
+        for i in [*node.input, *inner]:
+            count = self.consumers.get(i, 0) + step
+            if count:
+                self.consumers[i] = count
+            else:
+                del self.consumers[i]
+
+    def remove(self, node: "onnx.NodeProto") -> None:
+        """Take ``node`` out of the maps (what it read, what it produced)."""
+        self._count(node, -1)
+        for o in node.output:
+            if o and self.producer.get(o) is node:
+                del self.producer[o]
+
+    def add(self, node: "onnx.NodeProto") -> None:
+        """Put ``node`` into the maps."""
+        self._count(node, 1)
+        self.producer.update((o, node) for o in node.output if o)
 
     def _infer(self) -> dict:
         import onnx
@@ -145,10 +167,9 @@ class Graph:
 
     def fresh(self, base: str) -> str:
         """A tensor or node name not used in the graph yet."""
-        used = set(self.producer) | set(self.consumers) | {t.name for t in self.graph.initializer}
         while True:
             name = f"{base}_legal{next(self._names)}"
-            if name not in used:
+            if name not in self.producer and name not in self.consumers and name not in self._initializer_names:
                 return name
 
     def constant(self, base: str, array: "np.ndarray") -> str:
@@ -157,6 +178,9 @@ class Graph:
 
         name = self.fresh(base)
         self.graph.initializer.append(numpy_helper.from_array(array, name))
+        self._initializer_names.add(name)
+        if name not in self._inputs:
+            self.initializers[name] = self.graph.initializer[-1]
         return name
 
     def use_opset(self, domain: str, version: int) -> None:
@@ -191,21 +215,41 @@ def apply(model: "onnx.ModelProto", rules: Sequence[Rule]) -> tuple["onnx.ModelP
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = Graph(out)
-    fired = []
-    for rule in rules:  # nodes are known by their outputs: protobuf wrappers do not outlive edits
-        for key in [_key(n) for n in out.graph.node if _key(n)]:
+    fired = rewrite(graph, rules)
+    if fired:
+        _drop_unused(out.graph)
+    return out, fired
+
+
+def rewrite(graph: Graph, rules: Sequence[Rule]) -> list[str]:
+    """Apply ``rules`` to ``graph`` in place, keeping its maps current after each rewrite; what fired."""
+    nodes, fired = graph.nodes, []
+    keyed = _keyed(nodes)
+    for rule in rules:
+        placed: dict[int, tuple] = {}  # id(root) -> (root, its replacement): spliced once the pass is over
+        removed: dict[int, "onnx.NodeProto"] = {}
+        for was, key in keyed:  # the nodes as the pass starts, each known by its outputs
             node = graph.producer.get(key[0])
-            if node is None or _key(node) != key:
+            if node is None or (node is not was and _key(node) != key):
                 continue  # replaced by an earlier match
             match = rule.pattern(graph, node)
             if match is None or not rule.condition(graph, match):
                 continue
-            _replace(graph, match, rule.replacement(graph, match))
+            new = rule.replacement(graph, match)
+            _replace(graph, match, new, removed)
+            placed[id(match.nodes[-1])] = (match.nodes[-1], new)
             fired.append(f"{rule.name} (node {node.name or key[0]})")
-            graph.refresh()
+        if placed:
+            nodes = _splice(nodes, placed, removed)
+            keyed = _keyed(nodes)
     if fired:
-        _drop_unused(out.graph)
-    return out, fired
+        _write(graph, nodes)
+    return fired
+
+
+def _keyed(nodes: list) -> list[tuple["onnx.NodeProto", tuple[str, ...]]]:
+    """``(node, key)`` for each node with outputs."""
+    return [(n, key) for n in nodes if (key := _key(n))]
 
 
 def _key(node: "onnx.NodeProto") -> tuple[str, ...]:
@@ -213,18 +257,40 @@ def _key(node: "onnx.NodeProto") -> tuple[str, ...]:
     return tuple(o for o in node.output if o)
 
 
-def _replace(graph: Graph, match: Match, nodes: list) -> None:
-    """Put ``nodes`` where the match's root was and remove the matched nodes."""
+def _replace(graph: Graph, match: Match, nodes: list, removed: dict) -> None:
+    """Swap the match's nodes for ``nodes`` in ``graph``'s maps, recording the removed ones by identity."""
+    for n in match.nodes:
+        graph.remove(n)
+        removed[id(n)] = n
+    for n in nodes:
+        graph.add(n)
+
+
+def _splice(nodes: list, placed: dict, removed: dict) -> list:
+    """``nodes`` after a pass: each replacement where its root was (replacements of replacements too), the removed
+    nodes gone."""
+    out: list = []
+
+    def put(n) -> None:
+        if id(n) in placed:
+            for m in placed[id(n)][1]:
+                put(m)
+        elif id(n) not in removed:
+            out.append(n)
+
+    for n in nodes:
+        put(n)
+    return out
+
+
+def _write(graph: Graph, nodes: list) -> None:
+    """Make ``nodes`` the graph's nodes and point ``graph.nodes`` and the producer map at the graph's copies
+    (protobuf copies what it takes in; it keeps a removed message alive for its wrapper)."""
     g = graph.graph
-    root, gone = _key(match.nodes[-1]), {_key(n) for n in match.nodes}
-    new = []
-    for n in g.node:
-        if _key(n) == root:
-            new += nodes
-        elif _key(n) not in gone:
-            new.append(n)  # protobuf keeps a removed message alive for its wrapper
     del g.node[:]
-    g.node.extend(new)
+    g.node.extend(nodes)
+    graph.nodes = list(g.node)
+    graph.producer.update((o, n) for n in graph.nodes for o in n.output if o)
 
 
 def _drop_unused(g: "onnx.GraphProto") -> None:
