@@ -52,6 +52,7 @@ CASES = {
     "convert --to tensorrt": (["convert", "{m}", "-o", "o.engine"], "tensorrt", "onnxbridge[tensorrt]"),
     "check --targets tensorrt": (["check", "{m}", "--targets", "tensorrt"], "tensorrt", "onnxbridge[tensorrt]"),
     "convert --to dlc": (["convert", "{m}", "--to", "dlc", "-o", "o.dlc"], "onnxruntime", "onnxbridge[qnn]"),
+    "validate .engine": (["validate", "{m}", "x.engine"], "tensorrt", "onnxbridge[tensorrt]"),
 }
 
 
@@ -61,6 +62,7 @@ def test_a_hidden_toolchain_is_exit_3_with_the_install_hint(hidden, model, tmp_p
     (tmp_path / "x.mlpackage").mkdir()  # artifacts to read: refused for the toolchain before they are looked at
     (tmp_path / "x.xml").write_text("<net/>")
     (tmp_path / "x.bin").write_bytes(b"")
+    (tmp_path / "x.engine").write_bytes(b"vtrt" + bytes(60))
     r = _cli(hidden, tmp_path, *[a.format(m=model) for a in args])
     err = r.stderr.strip()
     assert r.returncode == 3, (r.returncode, err)

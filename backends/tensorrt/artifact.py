@@ -137,14 +137,12 @@ def _sidecar_json(path: Path) -> dict:
 
 
 def load_engine(path: Path, data: bytes, flavour_name: str | None):
-    """(flavour, engine) deserialized, or raise HopSkipped saying why the runtime cannot open it here."""
+    """(flavour, engine) deserialized, or raise HopSkipped saying why the runtime cannot open it here (no CUDA
+    device); without the runtime installed, UnavailableError (exit 3, with the install hint)."""
     from onnxbridge.backends.tensorrt import flavours
-    from onnxbridge.errors import HopSkipped, UnavailableError
+    from onnxbridge.errors import HopSkipped
 
-    try:
-        flavour = flavours.load(flavour_name)
-    except UnavailableError as exc:
-        raise HopSkipped(f"{flavour_name or 'TensorRT'} runtime not installed: {exc.one_line()}") from None
+    flavour = flavours.load(flavour_name)
     trt = flavour.trt
     with flavour.capture() as log:
         runtime = trt.Runtime(flavour.logger())
