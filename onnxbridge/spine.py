@@ -475,7 +475,7 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, ou
     "onnx"); ``"coreml"`` (``.mlpackage``), ``"dlc"``, ``"tensorrt"`` (``.engine``),
     ``"openvino"`` (``.xml``) or any installed backend builds that backend's artifact from the ONNX model
     (``target``: a deployment target, e.g. "iOS16") and validates it as a hop of its own. Plugin options go in
-    ``options`` under the names the plugins declare (``onnxbridge doctor`` lists them; e.g. ``shapes``,
+    ``options`` under the names the plugins declare (``onnxbridge convert --help`` shows them; e.g. ``shapes``,
     ``workspace``, ``calibration``, ``allow_approx``, ``signature``). ``precision="fp16"`` writes an fp16 model
     (fp32 inputs and outputs; Core ML: fp16 compute) and validates with the fp16 tolerances. ``renderers``: more
     reports to write, format (junit, markdown, html) -> path. No output may name another or an input's file.
@@ -497,8 +497,11 @@ def convert(source: Any, sample_inputs: Any = None, *, to: str | None = None, ou
 
 @dataclass
 class _Conversion:
-    """One ``convert`` run as its stages: load, export, finalize, write, build, validate, report. Each stage is a
-    method; ``_stage`` shows its progress line and times it (the report's ``timings``)."""
+    """One ``convert`` run as its stages: load, export, finalize, optimize (``--optimize``), fp16 (``--precision
+    fp16`` to ONNX), write, build, validate, localize (``--localize``), report. Each stage is a method; ``_stage``
+    shows its progress line and times it (the report's ``timings``: ``load_s``, ``export_s``, ``build_s`` for
+    finalize, ``optimize_s``, ``write_s``, ``backend_s`` for build, ``validate_s``, ``localize_s``, and
+    ``total_s``; fp16 is not timed apart)."""
 
     source: Any
     sample_inputs: Any

@@ -345,7 +345,7 @@ class _Reader:
                 reserved = " (a cell sets it itself)" if option in RESERVED else ""
                 raise self.refuse(f"unknown key '{key}' in [{'[model]' if name == 'model' else name}]{reserved}",
                                   key, name, index, hint="allowed: name, source, targets, precisions, opsets and the "
-                                  "convert options (onnxbridge doctor lists the plugins' options)")
+                                  "convert options (onnxbridge convert --help lists the plugins' options)")
             try:
                 json.dumps(value, allow_nan=False)
             except (TypeError, ValueError):

@@ -35,24 +35,16 @@ def _options(optimization: str, saved: Path | None = None):
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           optimization: str = "all"):
-    """Write ``output`` (.ort) atomically: onnxruntime optimizes the model at ``optimization`` and saves it."""
-    import os
-    import shutil
-
+    """Write ``output`` (.ort) atomically: onnxruntime optimizes the model at ``optimization`` and saves it.
+    ``onnxbridge.fileio.placing`` gives the path to write in a staging folder beside ``output`` and places it over
+    ``output`` only when the block ends without an error (docs/plugins.md)."""
     import onnxruntime as ort
 
-    from onnxbridge.fileio import staging_folder, writing
+    from onnxbridge.fileio import placing
     from onnxbridge.plugins import BuildResult
 
-    output = Path(output)
-    with writing(output):
-        staging = staging_folder(output)
-        try:
-            ort.InferenceSession(str(onnx_path), _options(optimization, staging / output.name),
-                                 providers=["CPUExecutionProvider"])
-            os.replace(staging / output.name, output)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    with placing(Path(output)) as staged:
+        ort.InferenceSession(str(onnx_path), _options(optimization, staged), providers=["CPUExecutionProvider"])
     note = f"ORT format saved by onnxruntime {ort.__version__} at optimization level {optimization}"
     return BuildResult({"onnxruntime": ort.__version__, "optimization": optimization}, notes=[note])
 
