@@ -34,7 +34,7 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     """The artifact is the written model: the spine writes it at ``output`` (``ONNX_ARTIFACT``); written elsewhere,
     it is saved there (weights streamed, external data named after ``output``). The graph is the one the first hop
     ran, so ``same_graph``."""
-    from onnxbridge.fileio import load_onnx, save_onnx
+    from onnxbridge.onnxio import load_onnx, save_onnx
     from onnxbridge.plugins import BuildResult
 
     onnx_path, output = Path(onnx_path), Path(output)

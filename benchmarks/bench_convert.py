@@ -212,7 +212,7 @@ def measure(cmd: list[str], log: Path) -> Run:
 
 def onnx_opset(path: Path) -> int | None:
     """The default-domain opset of a written model (graph only: inline weights too stay unread, see ``measure``)."""
-    from onnxbridge.fileio import load_in_place
+    from onnxbridge.inplace import load_in_place
 
     model = load_in_place(path)
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)

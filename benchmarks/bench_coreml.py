@@ -98,7 +98,7 @@ def _materialise(model) -> None:
     and onnx2torch wants Conv/Gemm weights as initializers (this prep is counted in the detour's time)."""
     from onnx import numpy_helper
 
-    from onnxbridge.backends.coreml.package import fold
+    from onnxbridge.backends.coreml.fold import fold
 
     values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
@@ -189,7 +189,8 @@ def evaluator(precision: str, repeat: int, threads: int | None) -> dict:
     import onnx
     import onnxruntime as ort
 
-    from onnxbridge.backends.coreml.package import Runner, build
+    from onnxbridge.backends.coreml.package import build
+    from onnxbridge.backends.coreml.runners import Runner
 
     with tempfile.TemporaryDirectory() as tmp:
         src, pkg = Path(tmp) / "resnet18.onnx", Path(tmp) / "resnet18.mlpackage"

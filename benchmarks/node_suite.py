@@ -22,7 +22,7 @@ from pathlib import Path
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.adapters.node_cases import OUTCOMES, outcome, usable_cases  # noqa: E402
+from tests.core.adapters.node_cases import OUTCOMES, outcome, usable_cases  # noqa: E402
 
 
 def _ours(model: onnx.ModelProto, target: int) -> onnx.ModelProto:

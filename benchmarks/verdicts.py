@@ -7,18 +7,18 @@ ONNX fp32, OpenVINO fp32, ONNX fp16, Core ML fp16 and DLC targets, with a confus
     .venv/bin/python benchmarks/verdicts.py --targets onnx-fp16,dlc --jobs 2 --out results.json
     .venv/bin/python benchmarks/verdicts.py --list                   # the models, bugs and targets
 
-Models come from ``tests/zoo.py`` (torchvision, timm and transformers; random weights under a fixed seed, BatchNorm
-statistics set to trained-like scale; 1x3x64x64 images, 16-token sequences; nothing downloaded). Every conversion is
-``onnxbridge.convert(model, sample, output=..., to=..., precision=..., opset=17)`` and its verdict is
+Models come from ``tests/helpers/zoo.py`` (torchvision, timm and transformers; random weights under a fixed seed,
+BatchNorm statistics set to trained-like scale; 1x3x64x64 images, 16-token sequences; nothing downloaded). Every
+conversion is ``onnxbridge.convert(model, sample, output=..., to=..., precision=..., opset=17)`` and its verdict is
 ``result.report["status"]``: a correct model should pass, a planted bug should not.
 
 Planted bugs: the exported ONNX graph is changed after export and before validation by wrapping
-``onnxbridge.builder.finalize`` in the benchmark's process (``tests.zoo.planted``), so the bug is in the converted
-model and in every artifact built from it but not in the source (one layer's weight x1.02-1.10, a BatchNorm scale
-x1.05, a Softmax or Concat over the wrong axis, a dropped bias, two first-layer channels swapped, the last
-normalization's eps x1000, the output x1.03, a transposed square weight); plus bugs the exporters make themselves
-(a ``.item()`` frozen by tracing; a position table fixed to the trace input's patch grid, converted with dynamic
-height and width).
+``onnxbridge.builder.finalize`` in the benchmark's process (``tests.helpers.zoo.planted``), so the bug is in the
+converted model and in every artifact built from it but not in the source (one layer's weight x1.02-1.10, a BatchNorm
+scale x1.05, a Softmax or Concat over the wrong axis, a dropped bias, two first-layer channels swapped, the last
+normalization's eps x1000, the output x1.03, a transposed square weight); plus bugs the exporters make themselves (a
+``.item()`` frozen by tracing; a position table fixed to the trace input's patch grid, converted with dynamic height and
+width).
 
 Each model (and each bug) runs in a subprocess of its own, all targets in turn, under ``--timeout``, so a crash or a
 hang loses that row only. The confusion matrix counts verdicts only: a conversion that raised (an unsupported op, a
@@ -66,8 +66,8 @@ TARGETS = {
 }
 FP32_TARGETS = ("onnx-fp32", "openvino-fp32")
 FP16_TARGETS = ("onnx-fp16", "coreml-fp16", "dlc")
-# graph bugs also planted where only the reduced-precision step sees them (``tests.zoo.planted_in_artifact``): the
-# ONNX graph the hops use as reference is right, the fp16 model / Core ML package / DLC is not, so the fp16 hop's
+# graph bugs also planted where only the reduced-precision step sees them (``tests.helpers.zoo.planted_in_artifact``):
+# the ONNX graph the hops use as reference is right, the fp16 model / Core ML package / DLC is not, so the fp16 hop's
 # own verdict (its budget against the fp16 emulation) must find them; on the fp16 targets only
 ARTIFACT_BUGS = ("resnet50/bn_scale", "resnet18/late_conv", "mobilenet_v2/logits", "efficientnet_b0/swap_channels",
                  "deit_tiny/softmax_axis", "deit_tiny/transpose", "gpt2/late_linear", "mobilenet_v2@init/logits")
@@ -76,8 +76,8 @@ ARTIFACT_BUGS = ("resnet50/bn_scale", "resnet18/late_conv", "mobilenet_v2/logits
 @dataclass(frozen=True)
 class Bug:
     """A planted bug: ``model`` (a zoo name, or a source-level bug's own model) converted with ``mutation`` (a
-    function of the source model returning a ``tests.zoo.Mutation``; None for a source-level bug) and ``convert``'s
-    extra keyword arguments."""
+    function of the source model returning a ``tests.helpers.zoo.Mutation``; None for a source-level bug) and
+    ``convert``'s extra keyword arguments."""
 
     id: str
     model: str
@@ -86,12 +86,12 @@ class Bug:
     kwargs: dict = field(default_factory=dict)
     calibrate_bn: bool = True
     targets: tuple[str, ...] = tuple(TARGETS)
-    builder: str | None = None  # tests.zoo function building (model, sample) for a source-level bug
+    builder: str | None = None  # tests.helpers.zoo function building (model, sample) for a source-level bug
     stage: str = "graph"  # graph: in the exported ONNX graph | exporter: made by the exporter | artifact: see below
 
 
 def _bugs() -> list[Bug]:
-    from tests import zoo
+    from tests.helpers import zoo
 
     init = dict(calibrate_bn=False)
     dyn = ("onnx-fp32", "openvino-fp32", "onnx-fp16", "coreml-fp16")  # DLC fixes every shape: no dynamic axes
@@ -209,7 +209,7 @@ def _ort_run_seconds(path: Path, runs: int = 5) -> dict:
 
 def _build(job: dict):
     """(model, sample, mutation or None) for a job."""
-    from tests import zoo
+    from tests.helpers import zoo
 
     if job["kind"] == "model":
         m, x = zoo.model(job["model"])
@@ -228,7 +228,7 @@ def _run_jobs(jobs: list[dict], out: Path) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from tests import zoo
+    from tests.helpers import zoo
 
     zoo.register_torchvision_ops()
 
@@ -246,7 +246,7 @@ def _run_jobs(jobs: list[dict], out: Path) -> None:
 def _run_job(job: dict):
     """Yield a row per target of ``job``."""
     import onnxbridge
-    from tests.zoo import planted, planted_in_artifact
+    from tests.helpers.zoo import planted, planted_in_artifact
 
     kwargs = {}
     if job["kind"] == "bug":
@@ -544,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--_rows", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
-    from tests import zoo
+    from tests.helpers import zoo
 
     targets = _select(args.targets, list(TARGETS), "targets")
     if args._jobs:

@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from onnxbridge import request
 from onnxbridge._version import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNAVAILABLE, EXIT_INTERNAL, EXIT_SKIPPED = 0, 1, 2, 3, 4, 5
@@ -115,23 +116,9 @@ def cli(quiet: bool, debug: bool) -> None:
     """
 
 
-TRUST_HELP = ("Load and run model files that are code: pickles, Keras Lambda layers, and TorchScript, torch.export, "
-              "SavedModel, TFLite and Paddle programs that touch files, the network, Python or custom operators "
-              "(without it they are checked statically and refused before anything in them runs).")
-FROM_HELP = "Source kind (default: detected): torch, tensorflow, jax, paddle, sklearn, onnx."
-
-
 def report_options(fn):
-    """Tolerances, samples and the renderers every validating command offers."""
+    """How the CLI reports, besides the JSON report: the renderers and when to exit 1."""
     for option in reversed([
-        click.option("--atol", multiple=True, metavar="[OUTPUT:]X",
-                     help="Absolute tolerance, for all outputs or one (repeatable; default by precision, fp32 1e-4)."),
-        click.option("--rtol", multiple=True, metavar="[OUTPUT:]X",
-                     help="Relative tolerance, for all outputs or one (repeatable; default by precision, fp32 1e-3)."),
-        click.option("--samples", type=click.IntRange(1, 1000), default=1, show_default=True,
-                     help="Random input batches to compare (besides the grown dynamic-axis sample)."),
-        click.option("--latency-runs", type=click.IntRange(0, 10000), default=0, show_default=True,
-                     help="Time each runtime: median of N warm runs after a warm-up (0: no latency figures)."),
         click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error", show_default=True,
                      help="Exit 1 on failed hops only (error), or also on warnings and skipped samples (warning)."),
         click.option("--junit", type=click.Path(dir_okay=False), help="Write JUnit XML (one test case per output)."),
@@ -149,15 +136,6 @@ ALLOW_SKIPPED_HELP = ("Exit 0, not 5, when validation is incomplete: a hop was s
 def allow_skipped_option(fn):
     """``--allow-skipped``: a skipped hop (status ``skipped``) is exit 0 instead of ``EXIT_SKIPPED``."""
     return click.option("--allow-skipped", is_flag=True, help=ALLOW_SKIPPED_HELP)(fn)
-
-
-def localize_option(default: str):
-    """``--localize [auto|on|off]``: name the first node whose output diverges on failed hops (auto), every hop
-    (on) or none (off); bare ``--localize`` is auto."""
-    return click.option("--localize", type=click.Choice(["auto", "on", "off"]), is_flag=False, flag_value="auto",
-                        default=default, show_default=True, metavar="[auto|on|off]",
-                        help="Find the first diverging node of failed hops (auto), of every hop (on), or not (off); "
-                             "mapped back to the source framework's module/layer where it records one.")
 
 
 TIMEOUT_HELP = ("Seconds the whole command may take, then exit 2 naming the step that ran out (default: "
@@ -183,23 +161,78 @@ def _renderers(junit, markdown, html) -> dict:
     return {fmt: path for fmt, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
 
 
-def _backend_names() -> list[str]:
-    """The installed backends (the onnx output first), for help texts."""
-    from onnxbridge.plugins import BACKENDS
+class _Flag(click.Option):
+    """A click option whose help text is computed when shown: help that lists what the registry holds (backends,
+    suffixes, targets) costs nothing until ``--help``."""
 
-    return BACKENDS.names()
+    def __init__(self, *args, text=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.text = text
+
+    def get_help_record(self, ctx: click.Context):
+        if self.help is None and self.text is not None:
+            self.help = self.text()
+        return super().get_help_record(ctx)
 
 
-def plugin_options(kind: str):
-    """Click flags for every option the ``kind`` plugins ("frontend", "backend") declare (``onnxbridge.options``):
-    one flag per name, its help prefixed with the plugins that take it; the spine refuses it for the others."""
+def click_option(option, text=None, choices=None):
+    """The click flag of a declared ``onnxbridge.options.Option`` (``text``: help to show instead of its own;
+    ``choices``: instead of its own, where plugins' declarations are merged)."""
+    bounded = option.low is not None or option.high is not None
+    types = {"int": click.IntRange(option.low, option.high) if bounded else click.INT, "path": click.Path(exists=True),
+             "file": click.Path(dir_okay=False), "output": click.Path(),
+             "choice": click.Choice(list(choices or option.choices))}
+    if option.kind == "switch":
+        no = "--no-" + option.flag[2:]
+        decls, extra = [f"{option.flag}/{no}", option.name], {"default": option.default}
+    elif option.kind == "flag":
+        decls, extra = [*option.flags, option.name] if option.flags else [option.flag, option.name], {"is_flag": True}
+    else:
+        decls = [*option.flags, option.name] if option.flags else [option.flag, option.name]
+        extra = {"type": types.get(option.kind), "multiple": option.multiple, "metavar": option.metavar}
+        if option.bare is not None:
+            extra.update(is_flag=False, flag_value=option.bare)
+        if option.default is not None and option.default is not False and not option.multiple:
+            extra["default"] = option.default
+    return click.option(*decls, cls=_Flag, text=text or option.text, required=option.required,
+                        show_default=option.show_default, **extra)
+
+
+def request_options(command: str):
+    """The flags of every core option ``command`` declares (``onnxbridge.request``), in its table's order."""
+    def decorate(fn):
+        from onnxbridge import request
+
+        for option in reversed(request.table(command)):
+            if option.cli:
+                fn = click_option(option)(fn)
+        return fn
+    return decorate
+
+
+def request_values(command: str, values: dict) -> dict:
+    """The CLI's values of ``command``'s core options as the Python API takes them: repeated flags as lists (none
+    given: the option's default)."""
+    from onnxbridge import request
+
+    declared = {o.name: o for o in request.table(command)}
+    return {k: (list(v) if v else declared[k].default) if declared[k].multiple else v
+            for k, v in values.items() if k in declared}
+
+
+def plugin_options(kind: str, command: str | None = None):
+    """Click flags for every option the ``kind`` plugins ("frontend", "backend") declare for ``command``
+    (``onnxbridge.options``): one flag per name, its help prefixed with the plugins that take it; the spine refuses
+    it for the others."""
     def decorate(fn):
         from onnxbridge.plugins import BACKENDS, FRONTENDS
 
         registry = FRONTENDS if kind == "frontend" else BACKENDS
         selector = "--from" if kind == "frontend" else "--to"
         for name, by_plugin in reversed(list(registry.options().items())):
-            fn = _flag(name, by_plugin, selector)(fn)
+            by_plugin = {p: o for p, o in by_plugin.items() if not o.commands or command in (None, *o.commands)}
+            if by_plugin:
+                fn = _flag(by_plugin, selector)(fn)
         return fn
     return decorate
 
@@ -209,80 +242,42 @@ def _plugin_values(options: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in options.items()}
 
 
-def _flag(name: str, by_plugin: dict, selector: str):
-    """One click option from the declarations of ``name`` by several plugins (choices merged)."""
+def _flag(by_plugin: dict, selector: str):
+    """One click option from the declarations of one name by several plugins (choices merged; no default: the
+    plugin's own applies, and the spine refuses the flag for plugins that do not declare it)."""
+    import dataclasses
+
     first = next(iter(by_plugin.values()))
     takers = ", ".join(by_plugin)
-    helps = list(dict.fromkeys(o.help for o in by_plugin.values()))
+    helps = list(dict.fromkeys(o.text() for o in by_plugin.values()))
     text = f"[{selector} {takers}] " + " ".join(helps if len(helps) == 1 else
-                                                 [f"{p}: {o.help}" for p, o in by_plugin.items()])
-    types = {"int": click.IntRange(1), "path": click.Path(exists=True), "file": click.Path(dir_okay=False),
-             "choice": click.Choice(list(dict.fromkeys(c for o in by_plugin.values() for c in o.choices)))}
-    return click.option(first.flag, name, type=types.get(first.kind), multiple=first.multiple, metavar=first.metavar,
-                        help=text)
+                                                 [f"{p}: {o.text()}" for p, o in by_plugin.items()])
+    choices = list(dict.fromkeys(c for o in by_plugin.values() for c in o.choices))
+    return click_option(dataclasses.replace(first, default=None, show_default=False), text=lambda: text,
+                        choices=choices)
 
 
 @cli.command()
 @click.argument("source")
-@click.option("-o", "--output", required=True, type=click.Path(),
-              help="Where to write the model (.onnx, .mlpackage, .dlc, .engine).")
-@click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
-@click.option("--to", help=f"Target format: {', '.join(_backend_names())} (default: the one whose files end like "
-              "-o; a suffix no backend writes is refused).")
-@click.option("--target", metavar="TARGET", help="Backend deployment target (Core ML: iOS15, iOS16 (default), iOS17, iOS18).")
-@click.option("--opset", type=click.IntRange(7, 30), help="Exact default-domain opset to deliver.")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
-              help="Shape (and dtype) of an input; creates seeded random sample inputs.")
-@click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:LABEL][:MIN..MAX]",
-              help="Make an axis dynamic (validated also at MIN and MAX when given; ONNX sources too).")
-@click.option("--input-name", "input_names", multiple=True, metavar="NAME",
-              help="Name the tensor inputs, in order (default: the forward() parameter names).")
-@click.option("--output-name", "output_names", multiple=True, metavar="NAME",
-              help="Name the outputs, in order (default: output, or output_0, output_1, ...).")
-@click.option("--exporter", type=click.Choice(["auto", "dynamo", "torchscript"]), default="auto",
-              show_default=True, help="PyTorch exporter (auto: the one that validates: TorchScript below opset 18, dynamo "
-              "at 18 moved down by the adapters when TorchScript fails; else dynamo).")
-@click.option("--validate/--no-validate", default=True, show_default=True,
-              help="Compare the result with the source framework.")
-@click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True,
-              help="Tolerance policy; fp16 also writes an fp16 model (fp32 inputs and outputs kept).")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed for random inputs.")
-@click.option("--external-data/--no-external-data", default=None,
-              help="Store weights in OUTPUT.data (default: only when over 2 GB).")
-@click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
-@click.option("--trust", is_flag=True, help=TRUST_HELP)
-@click.option("--optimize", type=click.Choice(["basic", "default"]), is_flag=False, flag_value="default",
-              default=None, help="Simplify the graph (onnxscript's optimizer: constant folding, dead and Identity "
-              "nodes, shape arithmetic; bare flag = default) and validate it against the graph before, as a hop.")
+@request_options("convert")
 @report_options
 @allow_skipped_option
-@localize_option("off")
-@plugin_options("frontend")
-@plugin_options("backend")
+@plugin_options("frontend", "convert")
+@plugin_options("backend", "convert")
 @timeout_option
 @click.pass_context
 @handle_errors
-def convert(ctx, source, output, from_, to, target, opset, input_shapes, dynamic, input_names, output_names, exporter,
-            validate, inputs, precision, atol, rtol, samples, latency_runs, fail_on, junit, markdown, html, localize,
-            seed, external_data, report, trust, optimize, allow_skipped, **options):
+def convert(ctx, source, fail_on, junit, markdown, html, allow_skipped, **values):
     """Convert SOURCE to ONNX (exactly --opset) and validate it against the source framework.
 
-    SOURCE is a model file or folder (.onnx; PyTorch .pt2, TorchScript .pt; TensorFlow SavedModel
-    folder, Keras .keras/.h5, .tflite; Paddle .json/.pdmodel inference model; scikit-learn .joblib/
-    .pkl with --trust, .skops) or a factory 'file.py:function' whose function returns the model, or
-    (model, sample_inputs).
+    SOURCE is a model file or folder that a frontend reads, or a factory 'file.py:function' whose function returns
+    the model, or (model, sample_inputs).
     """
     from onnxbridge.spine import convert as run_convert
 
-    result = run_convert(source, to=to, output=output, opset=opset, dynamic=list(dynamic), validate=validate,
-                         inputs=inputs, input_shapes=list(input_shapes), input_names=list(input_names) or None,
-                         output_names=list(output_names) or None, exporter=exporter, from_=from_,
-                         trust=trust, precision=precision, atol=list(atol) or None, rtol=list(rtol) or None,
-                         samples=samples, latency_runs=latency_runs, seed=seed, external_data=external_data,
-                         report=report,
-                         progress=_progress(ctx), target=target, renderers=_renderers(junit, markdown, html),
-                         localize=localize, optimize=optimize or False, **_plugin_values(options))
+    core = request_values("convert", values)
+    result = run_convert(source, **core, progress=_progress(ctx), renderers=_renderers(junit, markdown, html),
+                         **_plugin_values({k: v for k, v in values.items() if k not in core}))
     rep = result.report
     console = _console(ctx)
     if console is not None:
@@ -338,70 +333,54 @@ def _finish(ctx, rep: dict, console, fail_on: str = "error", allow_skipped: bool
 @cli.command()
 @click.argument("source")
 @click.argument("converted", type=click.Path())
-@click.option("--inputs", type=click.Path(exists=True), help="Inputs: .npz or a folder of .npy.")
-@click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]")
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "int8"]), default="fp32", show_default=True,
-              help="Tolerance policy.")
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
-@click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
-@click.option("--trust", is_flag=True, help=TRUST_HELP)
+@request_options("validate")
 @report_options
 @allow_skipped_option
-@localize_option("auto")
-@plugin_options("frontend")
+@plugin_options("frontend", "validate")
 @timeout_option
 @click.pass_context
 @handle_errors
-def validate(ctx, source, converted, inputs, from_, input_shapes, precision, atol, rtol, samples, latency_runs,
-             fail_on, junit, markdown, html, localize, seed, report, trust, allow_skipped, **options):
-    """Compare CONVERTED (ONNX) with SOURCE on the same inputs; exit 1 if they differ."""
+def validate(ctx, source, converted, fail_on, junit, markdown, html, allow_skipped, **values):
+    """Compare CONVERTED (ONNX or a backend's artifact) with SOURCE on the same inputs; exit 1 if they differ."""
     from onnxbridge.spine import validate as run_validate
 
-    rep = run_validate(source, converted, inputs, from_=from_, input_shapes=list(input_shapes), trust=trust,
-                       precision=precision, atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
-                       latency_runs=latency_runs, seed=seed, report=report, progress=_progress(ctx),
-                       renderers=_renderers(junit, markdown, html), localize=localize, **_plugin_values(options))
+    core = request_values("validate", values)
+    rep = run_validate(source, converted, **core, progress=_progress(ctx), renderers=_renderers(junit, markdown, html),
+                       **_plugin_values({k: v for k, v in values.items() if k not in core}))
     _finish(ctx, rep, _console(ctx), fail_on, allow_skipped)
 
 
 @cli.command()
 @click.argument("model", type=click.Path())
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the adapted model.")
-@click.option("--opset", type=click.IntRange(7, 30), required=True, help="Target default-domain opset.")
 @click.option("--check", "check_only", is_flag=True, help="List every blocker; write nothing.")
-@click.option("--validate/--no-validate", default=True, show_default=True,
-              help="Compare the adapted model with the original in onnxruntime.")
-@click.option("--inputs", type=click.Path(exists=True), help="Validation inputs: .npz or a folder of .npy.")
-@click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
+@request_options("adapt")
 @report_options
 @timeout_option
 @click.pass_context
 @handle_errors
-def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol, rtol, samples, latency_runs, fail_on,
-          junit, markdown, html):
+def adapt(ctx, model, check_only, fail_on, junit, markdown, html, **values):
     """Move MODEL (ONNX) to another opset, up or down, with unchanged numbers."""
     from onnxbridge.errors import BadInputError
 
+    core = request_values("adapt", values)
+    opset = core["opset"]
     if check_only:
         from onnxbridge.spine import check_opset
 
         from onnxbridge.renderers.text import console_markup, printable
 
-        rep = check_opset(model, opset, report=report, renderers=_renderers(junit, markdown, html))
+        rep = check_opset(model, opset, report=core["report"], renderers=_renderers(junit, markdown, html))
         for line in rep["blockers"]:  # they quote node names from the model
             click.echo(printable(line))
         console = _console(ctx)
         if not rep["blockers"] and console is not None:
             console.print(f"{console_markup(model)} can move to opset {opset}")
         ctx.exit(EXIT_BAD_INPUT if rep["blockers"] else EXIT_OK)
-    if output is None:
+    if core["output"] is None:
         raise BadInputError("adapt needs -o OUTPUT (or --check)")
     from onnxbridge.spine import convert as run_convert
 
-    result = run_convert(model, from_="onnx", output=output, opset=opset, validate=validate, inputs=inputs,
-                         atol=list(atol) or None, rtol=list(rtol) or None, samples=samples,
-                         latency_runs=latency_runs, report=report, progress=_progress(ctx),
+    result = run_convert(model, from_="onnx", **core, progress=_progress(ctx),
                          renderers=_renderers(junit, markdown, html))
     console = _console(ctx)
     if console is not None:
@@ -414,14 +393,12 @@ def adapt(ctx, model, output, opset, check_only, validate, inputs, report, atol,
 
 @cli.command()
 @click.argument("model", type=click.Path())
-@click.option("--targets", required=True, metavar="NAME[,NAME...]",
-              help=f"Backends to check against: {', '.join(_backend_names()[1:])} (comma-separated or repeated).",
-              multiple=True)
-@click.option("--opset", type=click.IntRange(7, 30), help="Also check that the model can move to this opset.")
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...",
-              help="Shapes the conversion would fix (a DLC needs static shapes).")
-@click.option("--target", metavar="TARGET", help="Deployment target to check against (Core ML: iOS15..iOS18).")
-@click.option("--report", type=click.Path(dir_okay=False), help="Write the JSON report here.")
+@click.option("--targets", required=True, metavar="NAME[,NAME...]", multiple=True, cls=_Flag,
+              text=lambda: f"Backends to check against: {request.names('backends')} (comma-separated or repeated).")
+@click_option(request.OPSET, text=lambda: "Also check that the model can move to this opset.")
+@click_option(request.INPUT_SHAPES, text=lambda: "Shapes the conversion would fix (a DLC needs static shapes).")
+@click_option(request.TARGET)
+@click_option(request.REPORT)
 @timeout_option
 @click.pass_context
 @handle_errors
@@ -461,7 +438,7 @@ def check(ctx, model, targets, opset, input_shapes, target, report):
 @handle_errors
 def inspect(ctx, model, as_json):
     """What MODEL holds: for ONNX, opsets, IR, I/O, op histogram, parameters and external data; for a backend's
-    artifact (.mlpackage, .dlc, .engine), its format, I/O and what built it."""
+    artifact (a file a backend writes, by its suffix), its format, I/O and what built it."""
     import json
 
     from onnxbridge.spine import inspect_artifact
@@ -573,13 +550,13 @@ def matrix(ctx, manifest, outdir, workers, executor, ray_address, only, baseline
               help="0: the very sample validation uses first; another seed: a batch drawn like it (as --samples).")
 @click.option("--calibration", type=click.IntRange(1), metavar="N",
               help="N batches stacked along a new axis 0 (for --calibration of int8 builds).")
-@click.option("--from", "from_", metavar="FRONTEND", help=FROM_HELP)
-@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME:D1,D2,...[:DTYPE]",
-              help="Shape (and dtype) of an input (sources that record none, e.g. TorchScript).")
-@click.option("--dynamic", multiple=True, metavar="NAME:AXIS[:LABEL][:MIN..MAX]",
-              help="Open an axis the source fixes (e.g. x:0 for --batch on an ONNX model with batch 1).")
-@click.option("--trust", is_flag=True, help=TRUST_HELP)
-@plugin_options("frontend")
+@click_option(request.FROM)
+@click_option(request.INPUT_SHAPES, text=lambda: "Shape (and dtype) of an input (sources that record none, e.g. "
+              "TorchScript).")
+@click_option(request.DYNAMIC, text=lambda: "Open an axis the source fixes (e.g. x:0 for --batch on an ONNX model "
+              "with batch 1).")
+@click_option(request.TRUST)
+@plugin_options("frontend", "inputs")
 @timeout_option
 @click.pass_context
 @handle_errors
@@ -600,31 +577,62 @@ def inputs(ctx, source, output, batch, seed, calibration, from_, input_shapes, d
         console.print(escape(f"wrote {info['path']} ({arrays}; {info['origin']})"))
 
 
-@cli.command()
-@click.argument("tool", type=click.Choice(["paddle2onnx"]))
-@click.option("--dir", "directory", type=click.Path(file_okay=False), metavar="DIR",
-              help="Where to make the environment (default: $ONNXBRIDGE_HOME/paddle2onnx, ~/.cache/onnxbridge).")
+def _setups() -> dict:
+    """What ``setup`` makes: the ``Setup`` each plugin declares (``Plugin.setups``), by name; read from the
+    registry's declarations when the command is used, nothing of a plugin imported until one runs."""
+    from onnxbridge.plugins import BACKENDS, FRONTENDS
+
+    return {**FRONTENDS.setups(), **BACKENDS.setups()}
+
+
+class _DeclaredChoice(click.Choice):
+    """A choice among names read when the command is used (``find()``), not when the CLI is imported."""
+
+    def __init__(self, find) -> None:
+        self._find = find
+        super().__init__([])
+
+    @property
+    def choices(self):
+        return tuple(self._find())
+
+    @choices.setter
+    def choices(self, value) -> None:
+        pass
+
+
+class _SetupCommand(click.Command):
+    """``setup``, whose help names the setups the plugins declare (read when shown)."""
+
+    def format_help_text(self, ctx: click.Context, formatter) -> None:
+        declared = " ".join(f"{name}: {s.help}." for name, s in _setups().items())
+        self.help = f"{SETUP_HELP} {declared}"
+        super().format_help_text(ctx, formatter)
+
+
+SETUP_HELP = "Make what a plugin needs beside onnxbridge's own environment (TOOL: what the plugins declare)."
+
+
+@cli.command(cls=_SetupCommand, help=SETUP_HELP)
+@click.argument("tool", type=_DeclaredChoice(_setups))
+@click.option("--dir", "directory", type=click.Path(file_okay=False), metavar="DIR", cls=_Flag,
+              text=lambda: "Where to make it (default: "
+                           + "; ".join(s.dir_help for s in _setups().values() if s.dir_help) + ").")
 @click.pass_context
 @handle_errors
 def setup(ctx, tool, directory):
-    """Make an environment of its own for a converter that cannot share onnxbridge's: paddle2onnx pins onnx<=1.17,
-    so onnxbridge[all] installs Paddle but runs paddle2onnx from there (found without configuration)."""
-    from onnxbridge.frontends.paddle import environment
+    from importlib import import_module
 
-    if directory:
-        import os
-
-        if os.environ.get(environment.ENV_VAR) is None and environment.default_dir() != environment.Path(directory):
-            _stderr(f"note: set {environment.ENV_VAR}={directory}/bin/python for onnxbridge to find it")
+    module, _, function = _setups()[tool].run.partition(":")
     console = _console(ctx)
-    if console is not None:
-        console.print("installing paddle2onnx and paddlepaddle into an environment of their own ...")
-    made = environment.setup(directory)
-    if console is not None:
-        from rich.markup import escape
 
-        console.print(escape(f"paddle2onnx {made['paddle2onnx']} with paddlepaddle {made['paddlepaddle']}: "
-                             f"{made['python']}"))
+    def say(line: str) -> None:
+        if console is not None:
+            from rich.markup import escape
+
+            console.print(escape(line))
+
+    getattr(import_module(module), function)(directory, say=say, note=_stderr)
 
 
 def _root_flag(name: str):

@@ -44,7 +44,7 @@ class OnnxModel(SourceModel):
         import onnx
 
         from onnxbridge import runtime
-        from onnxbridge.fileio import load_onnx
+        from onnxbridge.onnxio import load_onnx
 
         if isinstance(source, (str, Path)):
             self.path: Path | None = Path(source)
@@ -116,8 +116,7 @@ class OnnxModel(SourceModel):
                                       for s in specs for i, d in enumerate(s.shape)
                                       if not isinstance(d, int) and (s.name, i) not in seen)]
 
-    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
-               exporter: str = "auto") -> Exported:
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None) -> Exported:
         import onnx
 
         if output_names:

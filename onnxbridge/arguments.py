@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from onnxbridge.errors import BadInputError
-from onnxbridge.fileio import regular
-from onnxbridge.specs import DynamicAxis, TensorSpec
+from onnxbridge.pathchecks import regular
+from onnxbridge.specs import DynamicAxis
 
-EXPORTERS = ("auto", "dynamo", "torchscript")
 PRECISIONS = ("fp32", "fp16", "int8")
 RENDERERS = ("junit", "markdown", "html")
 
@@ -33,20 +32,6 @@ def _path(value: Any) -> str | None:
     return None
 
 
-def _integer(low: int | None = None, high: int | None = None) -> Callable[[Any], str | None]:
-    def rule(value: Any) -> str | None:
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-            return "must be an int"
-        if (low is not None and value < low) or (high is not None and value > high):
-            return f"must be {'>= ' + str(low) if high is None else f'in {low}..{high}'}"
-        return None
-    return rule
-
-
-def _choice(*choices: str) -> Callable[[Any], str | None]:
-    return lambda value: None if isinstance(value, str) and value in choices else f"must be one of {', '.join(choices)}"
-
-
 def _of(kind: type, what: str) -> Callable[[Any], str | None]:
     def rule(value: Any) -> str | None:
         ok = isinstance(value, bool) if kind is bool else isinstance(value, kind)
@@ -54,14 +39,14 @@ def _of(kind: type, what: str) -> Callable[[Any], str | None]:
     return rule
 
 
-def _list_of(kinds: type | tuple, what: str) -> Callable[[Any], str | None]:
+def list_of(kinds: type | tuple, what: str) -> Callable[[Any], str | None]:
     def rule(value: Any) -> str | None:
         ok = isinstance(value, Sequence) and not isinstance(value, str) and all(isinstance(v, kinds) for v in value)
         return None if ok else f"must be a list of {what}"
     return rule
 
 
-def _inputs(value: Any) -> str | None:
+def inputs(value: Any) -> str | None:
     if not isinstance(value, Mapping):
         return "must be a path (.npz or a folder of .npy) or a name -> array mapping" if _path(value) else None
     bad = [k for k, v in value.items() if not isinstance(k, str) or not hasattr(v, "__array__")]
@@ -91,7 +76,7 @@ def _axes(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and all(axis(a) for a in value)
 
 
-def _dynamic(value: Any) -> str | None:
+def dynamic(value: Any) -> str | None:
     if isinstance(value, Mapping):
         ok = all(isinstance(k, str) and _axes(v) for k, v in value.items())
     else:
@@ -99,7 +84,7 @@ def _dynamic(value: Any) -> str | None:
     return None if ok else "must be a list of 'NAME:AXIS[:LABEL]' str or a name -> {axis: label} mapping"
 
 
-def _tolerance(value: Any) -> str | None:
+def tolerance(value: Any) -> str | None:
     """The type of ``atol``/``rtol`` (``validation.Tolerance`` checks each number's value)."""
     def leaf(v: Any) -> bool:
         return isinstance(v, (str, numbers.Real)) and not isinstance(v, bool)
@@ -109,27 +94,32 @@ def _tolerance(value: Any) -> str | None:
         "must be a number, an '[OUTPUT:]NUMBER' str, a list of those or an output -> number mapping"
 
 
-def _renderers(value: Any) -> str | None:
+def renderers(value: Any) -> str | None:
     ok = isinstance(value, Mapping) and all(k in RENDERERS and not _path(p) for k, p in value.items())
     return None if ok else f"must map {', '.join(RENDERERS)} to paths"
 
 
-RULES: dict[str, Callable[[Any], str | None]] = {
-    "opset": _integer(), "samples": _integer(1, 1000), "latency_runs": _integer(0, 10000), "seed": _integer(0),
-    "workspace": _integer(1), "exporter": _choice(*EXPORTERS), "precision": _choice(*PRECISIONS),
-    "to": _of(str, "a str"), "from_": _of(str, "a str"), "target": _of(str, "a str"),
-    "validate": _of(bool, "True or False"), "trust": _of(bool, "True or False"),
-    "progress": _of(bool, "True or False"), "raise_on_failure": _of(bool, "True or False"),
-    "allow_skipped": _of(bool, "True or False"),
-    "external_data": _of(bool, "True, False or None"),
-    "output": _path, "report": _path, "timing_cache": _path, "calibration": _path, "inputs": _inputs,
-    "input_shapes": _list_of((str, TensorSpec), "'NAME:D1,D2,...' str or TensorSpec"),
-    "input_names": _list_of(str, "str"), "allow_approx": _list_of(str, "str"), "output_names": _list_of(str, "str"), "converted": _model, "model": _model,
-    "renderers": _renderers, "sample_inputs": _sample, "dynamic": _dynamic, "atol": _tolerance, "rtol": _tolerance,
-    "targets": _list_of(str, "backend names (str)"),
-    "optimize": lambda v: None if isinstance(v, bool) or v in ("basic", "default") else
-    "must be True, False, 'basic' or 'default'",
+RULES: dict[str, Callable[[Any], str | None]] = {  # arguments that are no option (``onnxbridge.request``)
+    "raise_on_failure": _of(bool, "True or False"), "allow_skipped": _of(bool, "True or False"),
+    "converted": _model, "model": _model, "sample_inputs": _sample,
+    "targets": list_of(str, "backend names (str)"),
 }
+
+
+def rule(name: str) -> Callable[[Any], str | None] | None:
+    """The check of the argument called ``name``: its option's (the core's, else a plugin's), else ``RULES``'s."""
+    from onnxbridge import request
+
+    option = request.declared(name)
+    if option is not None:
+        return option.problem
+    from onnxbridge.plugins import BACKENDS, FRONTENDS
+
+    declared = [o for registry in (FRONTENDS, BACKENDS) for o in registry.options().get(name, {}).values()]
+    if declared:  # plugins may declare one name differently: a value one of them takes passes here (the spine
+        # then refuses it for the plugins that do not take it, naming them)
+        return lambda value: None if any(o.problem(value) is None for o in declared) else declared[0].problem(value)
+    return RULES.get(name)
 
 
 # the public functions' rules that differ from RULES for an argument of the same name
@@ -146,9 +136,9 @@ def check(given: Mapping[str, Any], required: Sequence[str] = (),
     wrong; None passes except for the names in ``required``, and a name without a rule passes. ``rules``: this
     call's rules where they differ from ``RULES``."""
     for name, value in given.items():
-        rule = (rules or {}).get(name, RULES.get(name))
+        check_of = (rules or {}).get(name) or rule(name)
         problem = "must be given" if value is None and name in required else \
-            rule(value) if rule is not None and value is not None else None
+            check_of(value) if check_of is not None and value is not None else None
         if problem:
             text, kind = repr(value), type(value).__name__
             plain = 0 < len(text) <= 60 and "\n" not in text and not hasattr(value, "SerializeToString")
@@ -230,6 +220,7 @@ def _external_data(src: Path, outputs) -> dict[Path, str]:
     if src.suffix.lower() != ".onnx" or not src.is_file() or \
             not any(folder in Path(os.path.realpath(p)).parents for p in outputs):
         return {}
-    from onnxbridge.fileio import external_files, load_onnx
+    from onnxbridge.external_data import external_files
+    from onnxbridge.onnxio import load_onnx
 
     return {Path(os.path.realpath(src.parent / loc)): loc for loc in external_files(load_onnx(src))}

@@ -69,7 +69,7 @@ def check_model(model: "onnx.ModelProto", what: str) -> None:
     """Refuse a model that would make a tensor over the limit from constants alone (``what``: the model, in words):
     ConstantOfShape, Expand, Tile, Range, Resize and OneHot whose sizes are constants (initializers, Constant nodes,
     or Concat/Identity/Cast of them). Pure Python: onnx's shape inference crashes on malformed graphs."""
-    from onnxbridge.fileio import graphs
+    from onnxbridge.modelwalk import graphs
 
     limit = tensor_limit()
     for graph in graphs(model.graph):

@@ -20,7 +20,7 @@ _TYPE_IR = {"FLOAT8E4M3FN": 9, "FLOAT8E4M3FNUZ": 9, "FLOAT8E5M2": 9, "FLOAT8E5M2
 def required_ir_version(model: "onnx.ModelProto") -> int:
     """Lowest IR version the model's opsets, functions and element types need, capped for onnxruntime."""
     import onnx
-    from onnxbridge.fileio import iter_tensors
+    from onnxbridge.modelwalk import iter_tensors
 
     try:
         ir = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)

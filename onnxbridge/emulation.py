@@ -158,8 +158,8 @@ def _fp16_in_bodies(graph: "onnx.GraphProto") -> bool:
     """Whether an If/Loop/Scan body (at any depth) holds or makes fp16 values."""
     import onnx
 
-    from onnxbridge.fileio import graphs
     from onnxbridge.fp16eval import computes_in_fp16
+    from onnxbridge.modelwalk import graphs
 
     return any(computes_in_fp16(onnx.helper.make_model(body)) for body in graphs(graph) if body is not graph)
 

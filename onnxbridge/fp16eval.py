@@ -33,7 +33,7 @@ def computes_in_fp16(model: "onnx.ModelProto") -> bool:
     so without any of these no node computes in fp16. Cheap: no shape inference."""
     import onnx
 
-    from onnxbridge.fileio import iter_tensors
+    from onnxbridge.modelwalk import iter_tensors
 
     if any(t.data_type == F16 for t in iter_tensors(model)):
         return True
@@ -92,7 +92,7 @@ class Fp16Evaluator:
         import onnx
         from onnx import numpy_helper
 
-        from onnxbridge.fileio import load_onnx
+        from onnxbridge.onnxio import load_onnx
 
         proto = load_onnx(model, load_external_data=True) if isinstance(model, (str, Path)) else model
         types = _value_types(proto)

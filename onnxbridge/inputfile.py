@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Sequence
 
 from onnxbridge.errors import BadInputError, OnnxBridgeError, TooLargeError, first_line
-from onnxbridge.fileio import regular
+from onnxbridge.pathchecks import regular
 from onnxbridge.specs import DynamicAxis, Sample, reseed, vary_dynamic
 
 if TYPE_CHECKING:
@@ -19,16 +19,16 @@ if TYPE_CHECKING:
 def sample_for(src: "SourceModel", *, batch: int | None = None, seed: int = 0) -> Sample:
     """The sample validation uses for ``src`` (seed 0: exactly its first sample; another seed: a batch drawn like it,
     as ``--samples`` draws them), with axis 0 of every input resized to ``batch`` when given (values redrawn, so the
-    rows differ). An input whose axis 0 the model declares fixed at another size is refused (PyTorch modules declare
-    nothing: their specs are the sample's shapes)."""
+    rows differ). An input whose axis 0 the model declares fixed at another size is refused (a source that declares
+    no shapes, ``SourceModel.declares_shapes``, fixes none: its specs are the sample's shapes)."""
     sample = src.sample
     if sample is None:
         raise BadInputError(f"{src.description or 'the source'} gives no sample inputs; pass --input-shape")
     if batch is not None:
         opened = {d.name for d in src.dynamic if d.name in sample.feeds and sample.feeds[d.name].ndim
                   and d.axis % sample.feeds[d.name].ndim == 0}
-        fixed = {} if src.frontend == "torch" else {s.name: s.shape[0] for s in src.input_specs
-                                                      if s.shape and isinstance(s.shape[0], int) and s.name not in opened}
+        fixed = {} if not src.declares_shapes else {s.name: s.shape[0] for s in src.input_specs
+                                                     if s.shape and isinstance(s.shape[0], int) and s.name not in opened}
         for name, arr in sample.feeds.items():
             if arr.ndim == 0:
                 raise BadInputError(f"--batch {batch}: input '{name}' is a scalar (it has no batch axis)")
@@ -155,7 +155,7 @@ def save_npz(arrays: dict[str, "np.ndarray"], path: str | Path, random: str | No
 
     import numpy as np
 
-    from onnxbridge.fileio import atomic_write_bytes
+    from onnxbridge.atomic import atomic_write_bytes
 
     path = Path(path)
     if path.suffix.lower() != ".npz":
@@ -199,7 +199,7 @@ def write_inputs(source: Any, output: str | Path, *, batch: int | None = None, s
         raise BadInputError(f"--calibration {calibration!r}: give a positive number of batches")
     arguments.check_paths({"the source model": source}, {"-o": output})
     src = load_source(source, from_=from_, input_shapes=list(input_shapes), dynamic=dynamic, trust=trust, seed=seed,
-                      **options)
+                      command="inputs", **options)
     if calibration is None:
         sample = sample_for(src, batch=batch, seed=seed)
         arrays, origin = sample.feeds, sample.origin

@@ -6,7 +6,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from onnxbridge.fileio import external_files, iter_tensors, load_onnx, subgraphs, tensor_nbytes
+from onnxbridge.external_data import external_files
+from onnxbridge.modelwalk import iter_tensors, subgraphs, tensor_nbytes
+from onnxbridge.onnxio import load_onnx
 from onnxbridge.renderers.text import console_markup  # names from the model: shown, never sent
 
 if TYPE_CHECKING:

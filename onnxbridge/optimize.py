@@ -12,7 +12,9 @@ Levels:
                of TorchScript exports goes away and onnxruntime's own fusions (SkipLayerNorm, Gelu) can match;
                and GELU's 0.5 moved from the (1 + erf/tanh) term onto x, ``x * (0.5 * (1 + t))`` ->
                ``(x * 0.5) * (1 + t)`` (bit-identical: scaling by 0.5 is exact), the form onnxruntime fuses into one
-               Gelu/FastGelu kernel at load; the torch dynamo exporter writes the other.
+               Gelu/FastGelu kernel at load; the torch dynamo exporter writes the other. GELU is found by the
+               legalization engine's pattern (``onnxbridge.legalize.gelu``, the one backends' GELU rules use), on
+               the main graph.
 """
 from __future__ import annotations
 
@@ -56,11 +58,12 @@ def optimize_model(model: "onnx.ModelProto", *, level: str = "default",
     if base_dir is not None:
         ir.external_data.set_base_dir(irm.graph, base_dir)
     try:
-        materialized, gelus = _optimize(irm, level)
+        materialized = _optimize(irm, level)
         result = ir.to_proto(irm)
     finally:
         forget_rewriter_matches()
     del irm
+    gelus = _move_gelu_half(result) if level == "default" else 0
     _refuse_foreign(result.graph)  # what the inlined functions held
     _restore_interface(result.graph, interface)
     _check_result(model, result)
@@ -92,8 +95,8 @@ def forget_rewriter_matches() -> None:
                 setattr(matcher, attr, None)
 
 
-def _optimize(model: "ir.Model", level: str) -> tuple[int, int]:
-    """Run the passes in place; returns how many Reshape shapes became constants and GELU tails were reordered."""
+def _optimize(model: "ir.Model", level: str) -> int:
+    """Run the passes in place; returns how many Reshape shapes became constants."""
     import onnx_ir as ir
     import onnxscript.optimizer as oso
     from onnx_ir.passes import common
@@ -107,39 +110,40 @@ def _optimize(model: "ir.Model", level: str) -> tuple[int, int]:
             common.DeduplicateInitializersPass(), common.CommonSubexpressionEliminationPass(),
             common.RemoveUnusedNodesPass(), common.RemoveUnusedOpsetsPass(), common.OutputFixPass(),
             common.NameFixPass())(model)
-        return 0, 0
+        return 0
     oso.optimize_ir(model)  # folding first, so shape inference sees constant shapes
     common.ShapeInferencePass(strict_mode=False, data_prop=True)(model)
     materialized = _materialize_reshape_shapes(model.graph)
-    gelus = _gelu_rules().apply_to_model(model)
-    if materialized or gelus:
+    if materialized:
         oso.optimize_ir(model)  # the Shape -> Gather -> Concat chains are dead now
-    return materialized, gelus
+    return materialized
 
 
-def _gelu_rules():
-    """``x * (0.5 * (1 + t))`` -> ``(x * 0.5) * (1 + t)`` where t is an Erf or Tanh (the tail of a GELU)."""
-    from onnxscript.rewriter import RewriteRuleSet, pattern
+def _move_gelu_half(model: "onnx.ModelProto") -> int:
+    """``x * (0.5 * (1 + t))`` -> ``(x * 0.5) * (1 + t)`` in place, t an Erf or Tanh (a GELU's product, as
+    ``onnxbridge.legalize.gelu`` reads it); how many moved."""
+    from onnxbridge.legalize import Rule, apply
 
-    def half_inside(op, x, half, t, one):
-        return op.Mul(x, op.Mul(half, op.Add(t, one)))
-
-    def half_on_x(op, x, half, t, one):
-        return op.Mul(op.Mul(x, half), op.Add(t, one))
-
-    def is_gelu_tail(context, x, half, t, one, **_) -> bool:
-        producer = t.producer()
-        return _scalar(half) == 0.5 and _scalar(one) == 1.0 and producer is not None and \
-            producer.op_type in ("Erf", "Tanh") and producer.domain in STANDARD_DOMAINS
-
-    return RewriteRuleSet([pattern.RewriteRule(half_inside, half_on_x, is_gelu_tail)], commute=True)
+    return len(apply(model, [Rule("gelu-half-onto-x", _gelu_half_on_tail, lambda graph, match: True, _half_on_x)],
+                     in_place=True)[1])
 
 
-def _scalar(value: "ir.Value") -> float | None:
-    tensor = value.const_value
-    if tensor is None or tensor.size != 1:
-        return None
-    return float(tensor.numpy().reshape(-1)[0])
+def _gelu_half_on_tail(graph, node):
+    """A GELU's product ending in Mul ``node`` whose inner Mul is ``0.5 * (1 + t)``: that Mul and ``node``."""
+    from onnxbridge.legalize import Match, gelu
+
+    p = next((p for p in gelu.gelu_products(graph, node) if p.half_on_tail), None)
+    return None if p is None else Match([p.inner, node], {"x": p.x, "half": p.half, "tail": p.add.output[0]},
+                                        [node.output[0]])
+
+
+def _half_on_x(graph, match) -> list:
+    from onnx import helper
+
+    base = match.nodes[-1].name or "gelu"
+    scaled = graph.fresh(f"{base}_half_x")
+    return [helper.make_node("Mul", [match.inputs["x"], match.inputs["half"]], [scaled], name=graph.fresh(base)),
+            helper.make_node("Mul", [scaled, match.inputs["tail"]], match.outputs, name=graph.fresh(base))]
 
 
 def _materialize_reshape_shapes(graph: "ir.Graph") -> int:
@@ -194,7 +198,7 @@ def _refuse_foreign(graph: "onnx.GraphProto", allowed: set[str] = frozenset()) -
 
 
 def _all_nodes(graph: "onnx.GraphProto"):
-    from onnxbridge.fileio import graphs
+    from onnxbridge.modelwalk import graphs
 
     for g in graphs(graph):
         yield from g.node

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from onnxbridge.errors import BadInputError, OnnxBridgeError
@@ -30,7 +28,63 @@ if TYPE_CHECKING:
 
     from onnxbridge.localize.probe import Sides
 
-Runner = Callable[[Mapping[str, Any]], list]  # named inputs -> outputs in order
+class Runner:
+    """What runs a model for a hop: called with named inputs, it returns the outputs in order, or raises
+    ``HopSkipped`` where it cannot run here. Any callable is a runner; the members below are what one may say of
+    itself besides its outputs, each optional (a runner that lacks one reads as its default here). The spine reads
+    them only through ``described``; a runner in the worker (``worker.RunnerSpec``) has them copied once.
+
+    - ``what_ran``: one line, what produced the numbers (the report's ``runtimes``).
+    - ``compute_precision``: what it computes in ("fp16": judged against the fp16 emulation of its reference).
+    - ``emulation_factor``: how many times the emulation's error its arithmetic may err (default
+      ``validation.FP16_FACTOR``).
+    - ``static_shapes``: name -> dims, the only input shapes it takes (other samples are left out, with a note).
+    - ``hop_name``: the hop's ``to`` (default the backend's name).
+    - ``artifact_checked``: "executed" (default) or "structure"; ``artifact_check``: a dict of facts it checked.
+    - ``input_specs`` / ``output_names``: its inputs and outputs, where the spine asks.
+    - ``fp16``: it computes in fp16 (a Core ML package's runner).
+    - after each call: ``last_notes`` (lines worth reporting, e.g. where an fp16 value overflowed) and
+      ``last_seconds`` (the time the call took where it ran, None where it computed nothing new).
+    - ``fresh(feeds)``: the same run, never answered from a cache (latency figures time it).
+    """
+
+    what_ran: str | None = None
+    compute_precision: str | None = None
+    emulation_factor: float | None = None
+    static_shapes: dict | None = None
+    hop_name: str | None = None
+    artifact_checked: str | None = None
+    artifact_check: dict | None = None
+    input_specs: list | None = None
+    output_names: list | None = None
+    fp16: bool | None = None
+    last_notes: list | None = None
+    last_seconds: float | None = None
+
+    def __call__(self, feeds: Mapping[str, Any]) -> list:
+        raise NotImplementedError
+
+    def fresh(self, feeds: Mapping[str, Any]) -> list:
+        return self(feeds)
+
+
+# what a runner states once (copied from a runner in the worker when it is opened)
+RUNNER_FACTS = ("what_ran", "compute_precision", "emulation_factor", "static_shapes", "hop_name", "artifact_checked",
+                "artifact_check", "input_specs", "output_names", "fp16")
+
+
+class described:  # noqa: N801 - reads like a function: described(runner).what_ran
+    """``runner``'s members as ``Runner`` documents them: its own where it has them, else their defaults."""
+
+    def __init__(self, runner: Callable[[Mapping[str, Any]], list]):
+        self._runner = runner
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "fresh":
+            return getattr(self._runner, "fresh", self._runner)
+        if not hasattr(Runner, name) or name.startswith("_"):
+            raise AttributeError(f"Runner documents no member {name!r}")
+        return getattr(self._runner, name, getattr(Runner, name))
 
 
 @dataclass
@@ -53,14 +107,15 @@ class SourceModel(ABC):
     converter: str = ""  # distribution name of the exporter it uses (e.g. "tf2onnx"), if not the framework
     kind: str = ""  # what was loaded, e.g. "nn.Module", "torch.export .pt2"
     runs_in: str = "this process"  # where ``run`` computes the references ("the worker process": native code there)
+    declares_shapes: bool = True  # False: the model declares no input shapes (a PyTorch module), its
+    # ``input_specs`` are the sample's, so they fix no axis (``--batch`` may resize any)
     description: str = ""
     input_specs: list[TensorSpec]
     sample: Sample | None = None
     dynamic: list[DynamicAxis]
 
     @abstractmethod
-    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
-               exporter: str = "auto") -> Exported:
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None) -> Exported:
         """Write an ONNX model under ``workdir`` and return it."""
 
     @abstractmethod
@@ -167,26 +222,24 @@ class BuildContext:
 
 @dataclass
 class BuildResult:
-    """What a backend's ``build`` returns. ``facts``: the report's ``artifact.backend``; ``notes`` and ``warnings``
-    join the report's; ``precision``: what the artifact holds and computes in (``artifact.precision``), when the
-    backend says; ``runner``: a ``RunnerSpec`` that runs what was built for the hop where ``runner(output)`` cannot
-    (the prepared model behind a DLC), or the ``HopSkipped`` saying why the hop cannot run here."""
+    """What a backend's ``build`` returns; the spine turns it into the report.
+
+    - ``facts``: the report's ``artifact.backend``, as the backend writes it (plain JSON values);
+    - ``notes`` and ``warnings``: lines joined to the report's ``notes`` and ``warnings``;
+    - ``precision``: what the artifact holds and computes in (``weights``, ``compute``, and what else the backend
+      says), the report's ``artifact.precision`` with ``requested`` added; None when the backend does not say;
+    - ``runner``: for a hop ``runner(output)`` cannot run (the prepared model behind a DLC), a ``RunnerSpec`` that
+      runs what was built, or the ``HopSkipped`` saying why the hop cannot run here; None: ``runner(output)``;
+    - ``same_graph``: the artifact is the ONNX model it was built from (placed, not converted); the first hop ran
+      it, so there is no hop of its own.
+    """
 
     facts: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     precision: dict | None = None
     runner: object | None = None
-    same_graph: bool = False  # the artifact is the ONNX model it was built from (placed, not converted): the
-    # first hop ran it, so there is no hop of its own
-
-    @classmethod
-    def from_facts(cls, facts: dict) -> "BuildResult":
-        """A backend's own facts dict split into the result: its ``notes``, ``warnings``, ``applied_precision`` and
-        ``runner`` entries taken out of the facts."""
-        facts = dict(facts)
-        return cls(facts, facts.pop("notes", []), facts.pop("warnings", []), facts.pop("applied_precision", None),
-                   facts.pop("runner", None))
+    same_graph: bool = False
 
 
 # entry points are read on first use: the plugins' declaration modules may import this one
@@ -196,10 +249,16 @@ FRONTENDS = Registry.from_entry_points("frontend", FRONTEND_GROUP, contract=Fron
 BACKENDS = Registry.from_entry_points("backend", BACKEND_GROUP, contract=Backend)
 
 
-def module_of(backend: str) -> ModuleType:
-    """The backend's module, imported even when its toolchain is missing (module imports are light; ``inspect`` of
-    a DLC needs none, and the others raise ``UnavailableError`` themselves)."""
-    return importlib.import_module(BACKENDS.plugin(backend).module)
+def node_kind(side: str) -> str | None:
+    """What a node on one side of a hop is called (``Plugin.node_kind``): ``side`` is a hop's ``from`` or ``to``, a
+    frontend's name or a backend's hop name (its ``HOP_NAME``, default its name); None where no plugin says."""
+    if side in FRONTENDS.names():
+        return FRONTENDS.plugin(side).node_kind
+    for name in BACKENDS.names():
+        plugin = BACKENDS.plugin(name)
+        if plugin.node_kind and not plugin.broken and side in (name, getattr(BACKENDS.module(name), "HOP_NAME", name)):
+            return plugin.node_kind
+    return None
 
 
 FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit: the place, not the model
@@ -210,7 +269,7 @@ def native_writes(folder: Path, what: str, hint: str | None = None) -> Iterator[
     """A backend's native writer (OpenVINO's serializer, coremltools' MIL file writer) writing under ``folder``:
     its errors say nothing of the system's reason ("basic_ios::clear: iostream error", "Unknown error occurred
     while writing", shutil's list of failed copies). When the block fails and ``folder`` cannot take more bytes,
-    BadInputError "cannot write WHAT: <the system's reason>" (``fileio.writing``'s wording, with ``hint``); any
+    BadInputError "cannot write WHAT: <the system's reason>" (``pathchecks.writing``'s wording, with ``hint``); any
     other failure, and our own errors, are raised as they were."""
     try:
         yield
@@ -261,6 +320,6 @@ def for_file(path) -> str | None:
     """The backend whose artifacts end like ``path`` (for inspect/validate), or None."""
     name = Path(path).name.lower()
     for backend in BACKENDS.names():
-        if not BACKENDS.plugin(backend).broken and name.endswith(tuple(module_of(backend).SUFFIXES)):
+        if not BACKENDS.plugin(backend).broken and name.endswith(tuple(BACKENDS.module(backend).SUFFIXES)):
             return backend
     return None

@@ -13,8 +13,23 @@ from onnxbridge.options import Option
 
 
 @dataclass(frozen=True)
+class Setup:
+    """Something ``onnxbridge setup NAME`` makes for a plugin: an environment of its own for a converter that cannot
+    share onnxbridge's, say. ``run`` is ``"module:function"``, imported only when the command runs and called as
+    ``function(directory, say=..., note=...)``: ``directory`` is ``--dir`` (None: its default place), ``say(line)``
+    reports progress (silent under ``--quiet``), ``note(line)`` writes a line to stderr. ``help``: one sentence for
+    ``setup --help``; ``dir_help``: where ``--dir`` defaults to."""
+
+    name: str
+    run: str
+    help: str
+    dir_help: str = ""
+
+
+@dataclass(frozen=True)
 class Plugin:
-    """A registered plugin: its module and the distributions it needs (``requires``)."""
+    """A registered plugin: its module and the distributions it needs (``requires``), and the facts about it the
+    core reads from here instead of naming it (conflicts, node_kind, gpus, hints, setups)."""
 
     name: str
     module: str
@@ -28,6 +43,14 @@ class Plugin:
     options: tuple[Option, ...] = ()  # what it takes beyond the common arguments (onnxbridge.options)
     broken: str | None = None  # why its entry point could not be loaded (the plugin is listed, never used)
     install: str | None = None  # how to get what is missing, where ``pip install 'onnxbridge[extra]'`` is not it
+    conflicts: tuple[str, ...] = ()  # modules after which its framework (the module named as the plugin) cannot be
+    # imported in one process: the import would crash it (``isolation.require_importable`` refuses it)
+    node_kind: str | None = None  # what a node on its side of a hop is called where a localization names one
+    # (``report.source_kind``): "torch module", "MIL op"; None: the core's words ("source node", "adapted node")
+    gpus: int = 0  # GPUs one of its builds or runs needs (the matrix's Ray executor reserves them)
+    hints: tuple[tuple[str, str], ...] = ()  # (regex over a blocker its ``check`` reports, advice; ``\1`` refers
+    # to the regex's groups): tried before the core's general families (``onnxbridge.hints``)
+    setups: tuple[Setup, ...] = ()  # what ``onnxbridge setup NAME`` makes for it (``Setup``)
 
     def install_hint(self) -> str | None:
         return self.install or (f"pip install 'onnxbridge[{self.extra}]'" if self.extra else None)
@@ -109,6 +132,10 @@ class Registry:
                 found.setdefault(option.name, {})[plugin.name] = option
         return found
 
+    def setups(self) -> dict[str, Setup]:
+        """What ``onnxbridge setup NAME`` can make, by name: every usable plugin's ``setups``."""
+        return {s.name: s for p in self._plugins.values() if not p.broken for s in p.setups}
+
     def plugin(self, name: str) -> Plugin:
         try:
             return self._plugins[name]
@@ -128,10 +155,11 @@ class Registry:
                 return []
         return missing
 
-    def load(self, name: str) -> ModuleType:
-        """Import the plugin module; raise UnavailableError with the install hint if it can't work."""
-        if name in self._loaded:
-            return self._loaded[name]
+    def require(self, name: str) -> Plugin:
+        """The plugin, when its toolchain is installed (distribution metadata, or its ``toolchain`` check; nothing
+        is imported); else UnavailableError (exit 3) with the install hint. Every command that uses a plugin's
+        toolchain asks here first; a toolchain installed but broken is refused where it is imported
+        (``Plugin.import_toolchain``)."""
         plugin = self.plugin(name)
         if plugin.broken:
             raise UnavailableError(f"{self.kind} '{name}' failed to load: {plugin.broken}")
@@ -139,10 +167,28 @@ class Registry:
         if missing:
             raise UnavailableError(f"{self.kind} '{name}' needs {', '.join(missing)}, not installed",
                                    hint=plugin.install_hint())
+        return plugin
+
+    def module(self, name: str) -> ModuleType:
+        """The plugin's module, imported whether or not its toolchain is installed: for what needs none (a
+        backend's ``SUFFIXES``, ``TARGETS`` and ``HOP_NAME``, a frontend's ``accepts``, ``inspect`` of a DLC).
+        Plugin modules import no framework at module level; what runs the toolchain goes through ``load``.
+        UnavailableError for a broken plugin or a module that cannot be imported."""
+        plugin = self.plugin(name)
+        if plugin.broken:
+            raise UnavailableError(f"{self.kind} '{name}' failed to load: {plugin.broken}")
         try:
-            module = importlib.import_module(plugin.module)
+            return importlib.import_module(plugin.module)
         except Exception as exc:  # a broken optional dependency must not break the CLI
             raise UnavailableError(f"{self.kind} '{name}' failed to import: {type(exc).__name__}: {exc}") from exc
+
+    def load(self, name: str) -> ModuleType:
+        """The plugin's module once ``require`` passed and it implements the contract; UnavailableError (with the
+        install hint where one helps) if it can't work."""
+        if name in self._loaded:
+            return self._loaded[name]
+        plugin = self.require(name)
+        module = self.module(name)
         lacking = self.lacking(module)
         if lacking:
             raise UnavailableError(f"{self.kind} '{name}' ({plugin.module}) does not implement the {self.kind} "

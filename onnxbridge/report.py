@@ -10,7 +10,7 @@ from pathlib import Path
 from onnxbridge._version import __version__
 from onnxbridge.registry import dist_version
 
-SCHEMA_VERSION = "1.8"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
+SCHEMA_VERSION = "1.9"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
 # 1.3: hops compared with the source too (vs_source), introduced_by, skipped hops with skipped_reason, check
 # --targets (targets), backend artifacts without opset/ir_version; 1.4: artifact.precision (what was applied), hop
 # runtimes (what ran) and artifact_checked/artifact_check, output reason (NaN/inf) and reference_dtype; 1.5: check
@@ -18,6 +18,7 @@ SCHEMA_VERSION = "1.8"  # 1.1: status "blocked", blockers, command "check"; 1.2:
 # first divergent node of a failed hop, the trace of compared intermediates); 1.7: artifact.optimization (--optimize)
 # 1.8: a tolerance per hop by what that hop computes (tolerance.rule/reason, factor/floor for fp16-emulation),
 # per output snr_db, rel_rms, scale, budget and failed_check; hop dynamic_axes (the sizes that exercised them);
+# 1.9: hop kind (source, adapters, optimizer, precision, backend); seconds and runtimes on every hop
 # latency_s only from timed warm runs (--latency-runs, latency_method says how); status skipped is never success
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
 
@@ -76,7 +77,8 @@ def _chain_position(hop: dict, hops: list[dict]) -> int:
     spans source -> adapted ONNX, so the adapters' own hop (``onnx@N -> onnx@M``) lies inside it and comes first:
     both failing puts the difference on the adapters, the first alone on the exporter. The fp16 model's hop
     (``onnx@N -> onnx@N:fp16``) comes after the first, which checks the fp32 graph it was made from."""
-    if hop["from"].startswith("onnx@") and not hop["to"].endswith((":fp16", ":int8")):
+    if hop.get("kind") in ("adapters", "optimizer") or (  # reports before 1.9 say it in the sides' names
+            "kind" not in hop and hop["from"].startswith("onnx@") and not hop["to"].endswith((":fp16", ":int8"))):
         return 0
     return 1 if hop is hops[0] else 2
 
@@ -118,17 +120,16 @@ def skipped_summary(report: dict) -> str:
     return "validation incomplete: " + ("; ".join(parts) or "not every check ran")
 
 
-# What a first divergent node's ``source`` names, by the hop's target (``to``) or source framework (``from``);
-# ONNX -> ONNX hops (adapters, ``validate a.onnx b.onnx``) name the converted model's node.
-SOURCE_KINDS = {"coreml": "MIL op", "qnn-htp-simulator": "ONNX node", "tensorrt": "ONNX node",
-                "openvino": "ONNX node", "torch": "torch module", "tensorflow": "Keras layer", "paddle": "Paddle op"}
-
-
 def source_kind(hop: dict) -> str:
-    """What the ``source`` of a hop's first divergent node is, in words (``torch module``, ``MIL op``, ...)."""
+    """What the ``source`` of a hop's first divergent node is, in words: what the plugin of the hop's target
+    (``to``), else of its source framework (``from``), calls a node (``Plugin.node_kind``: ``MIL op``, ``torch
+    module``, ...); ONNX -> ONNX hops (adapters, ``validate a.onnx b.onnx``) name the converted model's node."""
+    from onnxbridge.plugins import node_kind
+
     for side in (hop.get("to"), hop.get("from")):
-        if side in SOURCE_KINDS:
-            return SOURCE_KINDS[side]
+        kind = node_kind(str(side)) if side else None
+        if kind:
+            return kind
     side = str(hop.get("from", ""))
     if side == "onnx":  # an ONNX source (validate a.onnx b.onnx): the source model's node
         return "source node"

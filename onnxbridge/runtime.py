@@ -100,8 +100,8 @@ class Session:
         import onnxruntime as ort
 
         from onnxbridge import emulation, wellformed
-        from onnxbridge.fileio import load_in_place
         from onnxbridge.fp16eval import computes_in_fp16
+        from onnxbridge.inplace import load_in_place
 
         source = model if isinstance(model, str) else onnx.load_from_string(model)
         # A file's large weights are neither parsed here nor copied by onnxruntime: the skeleton marks them as

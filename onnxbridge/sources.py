@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from onnxbridge.errors import BadInputError, TimedOut, first_line
-from onnxbridge.fileio import regular
+from onnxbridge.pathchecks import regular
 
 _FACTORY = re.compile(r"^(?P<mod>[^:]+\.py|[A-Za-z_][\w.]*):(?P<fn>[A-Za-z_]\w*)$")
 
@@ -74,10 +74,9 @@ def pick_frontend(source: Any, from_: str | None) -> str:
     if isinstance(source, (str, Path)) and not Path(source).exists():
         raise BadInputError(f"'{source}' does not exist (and is not a module:function factory)")
     for name in FRONTENDS.names():
-        plugin = FRONTENDS.plugin(name)
         try:
-            module = importlib.import_module(plugin.module)
-        except Exception:
+            module = FRONTENDS.module(name)  # its toolchain is not needed to say whether it accepts the source
+        except Exception:  # noqa: BLE001 - a broken plugin is skipped here, refused where named (--from)
             continue
         accepts = getattr(module, "accepts", None)
         if accepts is not None and accepts(source):

@@ -363,7 +363,7 @@ def _infer_all(model_path: "str | Path", samples: Sequence[Sample]) -> tuple[lis
 
     import onnx
 
-    from onnxbridge.fileio import load_in_place
+    from onnxbridge.inplace import load_in_place
 
     try:
         model = load_in_place(model_path)  # weights stay in the file: the graph alone

@@ -7,24 +7,20 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 
-def assert_roundtrip(model: Any, inputs: Any = None, *, to: str = "onnx", opset: int | None = None,
-                     precision: str = "fp32", atol: Any = None, rtol: Any = None, samples: int = 1,
-                     output: str | Path | None = None, **options: Any) -> dict:
+def assert_roundtrip(model: Any, inputs: Any = None, **options: Any) -> dict:
     """Convert ``model`` (``inputs``: its sample inputs), validate every hop, and raise AssertionError
     naming the failing hop and outputs if any differs beyond tolerance. Returns the report.
 
-    ``options`` are passed to ``onnxbridge.convert`` (``dynamic``, ``input_names``, ``signature``, ...).
+    ``options`` are ``onnxbridge.convert``'s (``to``, ``opset``, ``precision``, ``atol``, ``dynamic``, ``signature``,
+    ...; ``onnxbridge.request`` declares the core's), with the same defaults.
     """
     from onnxbridge import report as reports
     from onnxbridge.spine import convert
 
-    result = convert(model, inputs, to=to, opset=opset, precision=precision, atol=atol, rtol=rtol,
-                     samples=samples, output=output, **options)
-    rep = result.report
+    rep = convert(model, inputs, **options).report
     if rep["status"] == "failed":
         raise AssertionError(reports.failure_summary(rep))
     if rep["status"] != "passed":

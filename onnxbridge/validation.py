@@ -7,6 +7,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from onnxbridge.compare import TOLERANCES, compare, merge
 from onnxbridge.errors import BadInputError, HopSkipped, NativeCrash, TimedOut, TooLargeError
+from onnxbridge.plugins import described
+from onnxbridge.records import Hop, HopKind, OutputComparison
 from onnxbridge.specs import Sample
 
 # errors that stop a run rather than say something of a model's numbers
@@ -216,7 +218,7 @@ def timed(run: Runner, feeds: Mapping[str, Any]) -> tuple[list, float | None]:
     t = time.perf_counter()
     out = run(feeds)
     wall = time.perf_counter() - t
-    own = getattr(run, "last_seconds", _UNTIMED)
+    own = getattr(run, "last_seconds", _UNTIMED)  # the one member whose absence differs from its default (None)
     return out, (wall if own is _UNTIMED else own)
 
 
@@ -227,7 +229,7 @@ def median_latency(run: Runner, feeds: Mapping[str, Any], runs: int) -> float | 
 
     import numpy as np
 
-    fresh = getattr(run, "fresh", run)
+    fresh = described(run).fresh
     feeds = {k: np.array(v, copy=True) for k, v in feeds.items()}
     fresh(feeds)
     times = [s for s in (timed(fresh, feeds)[1] for _ in range(runs)) if s is not None]
@@ -303,7 +305,7 @@ def fit_runner(candidate: Runner, samples: Sequence[Sample]) -> tuple[list, list
     """The samples a candidate takes: ``static_shapes`` (a DLC) gives it only the samples at those input shapes
     (a note says so)."""
     notes = []
-    static = getattr(candidate, "static_shapes", None)
+    static = described(candidate).static_shapes
     samples = list(samples)
     if static:
         fit = [s for s in samples if all(list(s.feeds[k].shape) == list(v) for k, v in static.items()
@@ -315,11 +317,11 @@ def fit_runner(candidate: Runner, samples: Sequence[Sample]) -> tuple[list, list
     return samples, notes
 
 
-def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, samples: Sequence[Sample],
+def validate_hop(kind: HopKind, src: str, dst: str, reference: Runner, candidate: Runner, samples: Sequence[Sample],
                  output_names: Sequence[str], tol: Tolerance, latency_runs: int = 0,
                  source: Runner | None = None, emulation: Callable[[], Runner] | None = None,
-                 computes: str | None = None) -> dict:
-    """Compare ``candidate`` with ``reference`` on every sample; the hop record for the report.
+                 computes: str | None = None) -> Hop:
+    """Compare ``candidate`` with ``reference`` on every sample: the ``Hop`` (of ``kind``, ``src`` -> ``dst``).
 
     The hop is judged by what its candidate computes (the lower of its ``compute_precision`` and ``computes``, the
     precision its build applied; fp32 when neither is known):
@@ -332,8 +334,8 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
     introduced a difference (the first whose own comparison fails) from the ones that carried it.
     """
     samples, fitted = fit_runner(candidate, samples)
-    computes = _lowest(getattr(candidate, "compute_precision", None), computes)
-    factor = getattr(candidate, "emulation_factor", None)
+    computes = _lowest(described(candidate).compute_precision, computes)
+    factor = described(candidate).emulation_factor
     given, tol = tol, tol.for_hop(computes, dst, emulated=emulation is not None, factor=factor)
     emulator = emulation() if tol.rule == "fp16-emulation" else None
     if tol.rule == "fp16-emulation" and emulator is None:  # the reference graph is not fp32: nothing to emulate
@@ -369,12 +371,12 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
         except STOPS:  # not a verdict on the numbers: the run stops
             raise
         except HopSkipped as exc:  # the candidate cannot be run here (an op its host evaluator lacks)
-            return skipped_hop(src, dst, samples, given, exc.one_line())
+            return skipped_hop(kind, src, dst, samples, given, exc.one_line())
         except Exception as exc:
             errors.append(f"{dst} fails at input shapes {sample.shapes()} where {src} runs: "
                           f"{' '.join(str(exc).split())[:300]}")
             continue
-        findings += [n for n in getattr(candidate, "last_notes", None) or () if n not in findings]
+        findings += [n for n in described(candidate).last_notes or () if n not in findings]
         ran += 1
         if len(ref) != len(got):
             errors.append(f"{dst} has {len(got)} outputs, {src} has {len(ref)}")
@@ -414,48 +416,38 @@ def validate_hop(src: str, dst: str, reference: Runner, candidate: Runner, sampl
     if latency_runs > 0 and ran > 0 and not errors:  # same inputs for both sides: the first sample
         latency = {src: median_latency(reference, samples[0].feeds, latency_runs),
                    dst: median_latency(candidate, samples[0].feeds, latency_runs)}
-    record = {
-        "from": src, "to": dst, "status": "passed" if passed else "failed", "passed": passed,
-        "samples": ran, "sample_shapes": [s.shapes() for s in samples],
-        "tolerance": tol.as_dict(),
-        "outputs": [{"name": k, **v} for k, v in outputs.items()],
-        "errors": errors, "notes": notes,
-        "latency_s": latency,
-        "seconds": {k: round(v, 4) for k, v in seconds.items() if v},
-        "runtimes": {side: what for side, what in ((src, getattr(reference, "what_ran", None)),
-                                                   (dst, getattr(candidate, "what_ran", None))) if what},
-        "artifact_checked": getattr(candidate, "artifact_checked", None) or "executed",
-    }
+    hop = Hop(src, dst, kind, "passed" if passed else "failed", ran, [s.shapes() for s in samples], tol.as_dict(),
+              [OutputComparison.from_judged(k, v) for k, v in outputs.items()], errors, notes, latency,
+              seconds={k: round(v, 4) for k, v in seconds.items() if v},
+              runtimes={side: what for side, what in ((src, described(reference).what_ran),
+                                                      (dst, described(candidate).what_ran)) if what},
+              artifact_checked=described(candidate).artifact_checked or "executed",
+              artifact_check=described(candidate).artifact_check or None)
     if latency:
-        record["latency_method"] = f"median of {latency_runs} warm runs after a warm-up, first sample"
-    if emulator is not None and getattr(emulator, "what_ran", None):
-        record["runtimes"]["fp16 emulation"] = emulator.what_ran
-    if getattr(candidate, "artifact_check", None):
-        record["artifact_check"] = candidate.artifact_check
+        hop.latency_method = f"median of {latency_runs} warm runs after a warm-up, first sample"
+    if emulator is not None and described(emulator).what_ran:
+        hop.runtimes["fp16 emulation"] = emulator.what_ran
     if source is not None and vs_source:
-        record["vs_source"] = {"passed": all(o["passed"] for o in vs_source.values()),
-                               "outputs": [{"name": k, **{m: v[m] for m in VS_SOURCE_KEYS if m in v}}
-                                           for k, v in vs_source.items()]}
-    return record
+        hop.vs_source = {"passed": all(o["passed"] for o in vs_source.values()),
+                         "outputs": [{"name": k, **{m: v[m] for m in VS_SOURCE_KEYS if m in v}}
+                                     for k, v in vs_source.items()]}
+    return hop
 
 
 VS_SOURCE_KEYS = ("passed", "shape", "max_abs", "max_rel", "cosine", "snr_db", "rel_rms", "mismatch_fraction",
                   "required_atol", "top1_agreement", "top5_agreement", "error")
 
 
-def skipped_hop(src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, reason: str) -> dict:
-    """The record of a hop that could not run here (no GPU, no simulator): status skipped, never passed."""
-    return {"from": src, "to": dst, "status": "skipped", "passed": False, "samples": 0,
-            "sample_shapes": [s.shapes() for s in samples], "tolerance": _would_be(tol, dst), "outputs": [],
-            "errors": [], "notes": [f"skipped: {reason}"], "skipped_reason": reason, "latency_s": {},
-            "artifact_checked": "not run"}
+def skipped_hop(kind: HopKind, src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, reason: str) -> Hop:
+    """A hop that could not run here (no GPU, no simulator): status skipped, never passed."""
+    return Hop(src, dst, kind, "skipped", 0, [s.shapes() for s in samples], _would_be(tol, dst),
+               notes=[f"skipped: {reason}"], skipped_reason=reason, artifact_checked="not run")
 
 
-def failed_hop(src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, error: str) -> dict:
-    """The record of a hop that failed before any comparison (e.g. the artifact is not the graph it claims)."""
-    return {"from": src, "to": dst, "status": "failed", "passed": False, "samples": 0,
-            "sample_shapes": [s.shapes() for s in samples], "tolerance": _would_be(tol, dst), "outputs": [],
-            "errors": [error], "notes": [], "latency_s": {}, "artifact_checked": "structure"}
+def failed_hop(kind: HopKind, src: str, dst: str, samples: Sequence[Sample], tol: Tolerance, error: str) -> Hop:
+    """A hop that failed before any comparison (e.g. the artifact is not the graph it claims)."""
+    return Hop(src, dst, kind, "failed", 0, [s.shapes() for s in samples], _would_be(tol, dst), errors=[error],
+               artifact_checked="structure")
 
 
 def _would_be(tol: Tolerance, dst: str) -> dict:

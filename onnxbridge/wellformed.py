@@ -3,7 +3,7 @@ from the user.
 
 onnx's shape inference, inliner and version converter run in this process, and on malformed graphs (cycles, tensors
 whose data does not match their shape, functions that call themselves) they crash it with a signal rather than
-raise. Measured on seeded mutations of small models (tests/test_fuzz_onnx.py): every file that crashed one of them
+raise. Measured on seeded mutations of small models (tests/core/test_fuzz_onnx.py): every file that crashed one of them
 is refused by onnx's checker or by the tensor data check below, neither of which crashed on any.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def problem(model: "onnx.ModelProto") -> str | None:
     as arrays of their dims, graph inputs and outputs of undefined types or negative dims, a Constant without
     exactly one value, local functions that call themselves (coremltools and onnx's inliner recurse until the
     stack overflows: SIGSEGV)."""
-    from onnxbridge.fileio import iter_tensors
+    from onnxbridge.modelwalk import iter_tensors
 
     for t in iter_tensors(model):
         found = tensor_problem(t)
@@ -134,7 +134,7 @@ def _called(domain: str, name: str, overload: str) -> str:
 
 def _callees(function: "onnx.FunctionProto") -> list[str]:
     """What the nodes of ``function``'s body call, as ``function_cycle``'s keys, nested subgraphs included."""
-    from onnxbridge.fileio import subgraphs
+    from onnxbridge.modelwalk import subgraphs
 
     found, nodes = [], list(function.node)
     while nodes:
@@ -151,14 +151,14 @@ def _defined(elem_type: int) -> bool:
 
 
 def tensor_problem(t: "onnx.TensorProto") -> str | None:
-    """Why a tensor cannot be read as an array of its dims (None: it can, or its data is external: ``fileio`` reads
-    and bounds that)."""
+    """Why a tensor cannot be read as an array of its dims (None: it can, or its data is external: ``external_data``
+    reads and bounds that)."""
     import math
 
     import onnx
     from onnx import TensorProto
 
-    from onnxbridge.fileio import tensor_nbytes
+    from onnxbridge.modelwalk import tensor_nbytes
 
     if not _defined(t.data_type):
         return f"has data type {t.data_type}, which ONNX does not define"
@@ -211,7 +211,7 @@ def vet_here(model: "str | bytes | onnx.ModelProto", what: str) -> None:
     import onnx
 
     from onnxbridge.budget import check_model
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
 
     proto = load_onnx(model) if isinstance(model, str) else \
         onnx.load_from_string(model) if isinstance(model, bytes) else model

@@ -31,9 +31,7 @@ from typing import Any, Mapping
 from onnxbridge import errors
 from onnxbridge.errors import NativeCrash, OnnxBridgeError
 
-# attributes of a runner object the parent may read (see ``RemoteRunner``)
-RUNNER_ATTRIBUTES = ("compute_precision", "emulation_factor", "static_shapes", "hop_name", "what_ran", "artifact_checked",
-                     "artifact_check", "input_specs", "output_names", "fp16")
+from onnxbridge.plugins import RUNNER_FACTS as RUNNER_ATTRIBUTES  # what the parent reads of a runner once
 
 
 @dataclass(frozen=True)
@@ -41,14 +39,10 @@ class RunnerSpec:
     """How to make a runner in the worker: ``factory`` ("module:function") called with ``kwargs``, plain values
     only (paths as str, numbers, lists, dicts). ``library`` names the native code it runs, for crash messages.
 
-    The object the factory returns is called with a name -> array mapping and returns the outputs in order; it
-    may raise ``HopSkipped`` (from the factory or a call) when it cannot run here. Optional attributes, read by
-    the parent once: ``compute_precision`` ("fp16": judged against an fp16 emulation), ``emulation_factor`` (how many
-    times the emulation's error its fp16 arithmetic may err, default ``validation.FP16_FACTOR``), ``static_shapes`` (name -> dims:
-    the only shapes it takes), ``hop_name`` (the hop's ``to``, default the backend's name), ``what_ran`` (one line:
-    what produced the numbers), ``artifact_checked`` ("executed" or "structure") and ``artifact_check`` (a dict of
-    facts), ``input_specs`` / ``output_names``. After each call, ``last_notes`` (a list of lines) says what
-    the run found worth reporting (e.g. where an fp16 value overflowed).
+    The object the factory returns is a runner (``onnxbridge.plugins.Runner`` documents its members): called with
+    a name -> array mapping, it returns the outputs in order, or raises ``HopSkipped`` (from the factory or a call)
+    when it cannot run here. The parent reads its ``RUNNER_FACTS`` once, and ``last_notes``/``last_seconds`` after
+    each call.
     """
 
     factory: str

@@ -3,21 +3,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import isolation
+from tests.helpers.extras import require, skip_unless_importable
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "models.py"
-
-# Frameworks that cannot share a process (tensorflow then paddle segfaults): their tests live in
-# these folders and run in a pytest process of their own (tests/test_framework_suites.py starts it).
-ISOLATED = {"tensorflow": ROOT / "tests" / "frontends" / "tensorflow",
-            "paddle": ROOT / "tests" / "frontends" / "paddle",
-            "jax": ROOT / "tests" / "frontends" / "jax"}  # not a crash: jax's XLA threads and memory kept apart
-ISOLATED_ENV = "ONNXBRIDGE_TEST_FRAMEWORK"
 
 
 def missing_modules(*modules: str) -> list[str]:
@@ -30,31 +25,29 @@ def missing_modules(*modules: str) -> list[str]:
     return [m for m in modules if not found(m)]
 
 
-def _named_on_command_line(config, folder: Path) -> bool:
-    for arg in config.args:
-        path = Path(arg.split("::")[0]).resolve()
-        if path == folder or folder in path.parents:
-            return True
-    return False
-
-
 def pytest_ignore_collect(collection_path, config):
-    """Collect an isolated framework's tests only in its own process: when ONNXBRIDGE_TEST_FRAMEWORK
-    names it, or when only that framework's folder is named on the command line."""
-    path = Path(collection_path).resolve()
-    for name, folder in ISOLATED.items():
-        if path == folder or folder in path.parents:
-            chosen = os.environ.get(ISOLATED_ENV)
-            if chosen is not None:
-                return None if chosen == name else True
-            named = [n for n, f in ISOLATED.items() if _named_on_command_line(config, f)]
-            return None if named == [name] else True
-    return None
+    """The tests that need a process of their own are collected only there (tests/helpers/isolation.py)."""
+    return isolation.ignored(collection_path, config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.fast_cases(id, ...)`` on a parametrized test: its cases with other ids are ``slow``."""
+    for item in items:
+        keep = item.get_closest_marker("fast_cases")
+        if keep is not None and hasattr(item, "callspec") and item.callspec.id not in keep.args:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)  # before its fixtures are set up
+def pytest_runtest_setup(item):
+    skip_unless_importable(item)
 
 
 @pytest.fixture(scope="session")
 def models():
-    """examples/models.py as a module (factories cnn, lstm, transformer)."""
+    """examples/models.py as a module (factories cnn, lstm, transformer); its tests skip without torch."""
+    require("torch")
     spec = importlib.util.spec_from_file_location("example_models", EXAMPLES)
     module = importlib.util.module_from_spec(spec)
     sys.modules["example_models"] = module  # so pickled example models can be loaded back
@@ -78,7 +71,7 @@ def cli(monkeypatch):
 @pytest.fixture
 def native_in_process(monkeypatch):
     """Run backend builds and runners in this process instead of the worker, so a test can monkeypatch them
-    (the isolation itself is tested in tests/test_worker.py)."""
+    (the isolation itself is tested in tests/core/test_worker.py)."""
     from onnxbridge.worker import IN_PROCESS_ENV
 
     monkeypatch.setenv(IN_PROCESS_ENV, "1")
@@ -87,15 +80,15 @@ def native_in_process(monkeypatch):
 @pytest.fixture(autouse=True)
 def every_written_report_matches_the_schema(monkeypatch):
     """Every report a test makes onnxbridge write (--report, report=) is checked against the JSON Schema."""
-    import onnxbridge.spine as spine
+    import onnxbridge.spine.results as results
 
-    real = spine.write_json
+    real = results.write_json
 
     def checked(path, data):
         check_report(data)
         return real(path, data)
 
-    monkeypatch.setattr(spine, "write_json", checked)
+    monkeypatch.setattr(results, "write_json", checked)
 
 
 def check_report(report) -> dict:

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxbridge.hints import REPLACE_OP
 from onnxbridge.options import ALLOW_APPROX
 from onnxbridge.registry import Plugin
 
 PLUGIN = Plugin("coreml", "onnxbridge.backends.coreml", requires=("coremltools",), extra="coreml", priority=10,
                 description="Core ML .mlpackage (ML program) via our ONNX -> MIL lowering; checked on the host",
-                options=(ALLOW_APPROX,))
+                options=(ALLOW_APPROX,), node_kind="MIL op",
+                hints=((r"rank (\d+); Core ML allows rank <= 5|rank-?[6-9]",
+                        "Core ML tensors have rank <= 5: reshape in the source so no intermediate tensor has more "
+                        "dims"),
+                       (r"is UINT(32|64)",
+                        "Core ML inputs are float or int32: give the model int32 (or float) inputs in the source"),
+                       (r"has no Core ML equivalent|is not lowered|only .* are lowered",
+                        "this form of the op has no equivalent on this backend: use the form the message names, or "
+                        "the op's default attributes, in the source"),
+                       (r"no Core ML lowering", REPLACE_OP)))
 
 NAME = "coreml"
 SUFFIXES = (".mlpackage",)
-# what ``--precision`` really applies (package.APPLIED): fp32 and fp16 compute with weights of that type; int8 stores
+# what ``--precision`` really applies (precision.APPLIED): fp32 and fp16 compute with weights of that type; int8 stores
 # weights as int8 (per output channel, symmetric; dequantized at load by constexpr ops, so iOS16+) and computes in fp16
 PRECISIONS = ("fp32", "fp16", "int8")
 TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18")  # MIL opset versions; builds default to iOS16
@@ -25,16 +35,17 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     from onnxbridge.backends.coreml.ctimport import import_ct
     from onnxbridge.backends.coreml.package import build as build_package
     from onnxbridge.legalize.approx import approximated_file
-    from onnxbridge.plugins import BuildContext, BuildResult
+    from onnxbridge.plugins import BuildContext
 
     import_ct()
     context = context or BuildContext()
     with approximated_file(onnx_path, allow_approx) as (path, notes):
-        facts = build_package(path, output, target=target or "iOS16", precision=precision,
+        built = build_package(path, output, target=target or "iOS16", precision=precision,
                               dynamic=context.dynamic or (),
                               sample_shapes=context.sample_shapes or {},
                               input_shapes=context.input_shapes or {})
-    return BuildResult.from_facts({**facts, "notes": notes + facts.get("notes", [])})
+    built.notes = notes + built.notes
+    return built
 
 
 def check(onnx_path: Path, context=None) -> list[str]:
@@ -42,9 +53,9 @@ def check(onnx_path: Path, context=None) -> list[str]:
     with no lowering, unsupported attributes, rank > 5 (after the Core ML legalization rules), ops newer than the
     target (naming the one that works), unsupported input dtypes. Each names node, op and reason."""
     from onnxbridge.backends.coreml.ctimport import import_ct
+    from onnxbridge.backends.coreml.legalize import legalize
     from onnxbridge.backends.coreml.onnx_file import read_onnx
-    from onnxbridge.backends.coreml.package import check as check_model
-    from onnxbridge.backends.coreml.package import legalize
+    from onnxbridge.backends.coreml.program import check as check_model
     from onnxbridge.plugins import BuildContext
 
     import_ct()
@@ -62,7 +73,7 @@ def runner(path: Path, *, onnx_path: Path | None = None):
     import platform
 
     from onnxbridge.backends.coreml.ctimport import import_ct
-    from onnxbridge.backends.coreml.package import PredictRunner, Runner
+    from onnxbridge.backends.coreml.runners import PredictRunner, Runner
 
     import_ct()
     if platform.system() == "Darwin" and os.environ.get("ONNXBRIDGE_COREML_HOST") != "1":
@@ -72,10 +83,11 @@ def runner(path: Path, *, onnx_path: Path | None = None):
 
 def inspect(path: str | Path) -> dict:
     """Inputs, outputs (flexible dims as ``shape_range``), spec version, MIL ops and ``weights`` (rows of
-    dtype, tensors, elements: int8 ones are quantized; see ``package.weight_table``) of a saved package, read
+    dtype, tensors, elements: int8 ones are quantized; see ``precision.weight_table``) of a saved package, read
     without loading it into Core ML."""
     from onnxbridge.backends.coreml.ctimport import import_ct
-    from onnxbridge.backends.coreml.package import Runner, weight_table
+    from onnxbridge.backends.coreml.precision import weight_table
+    from onnxbridge.backends.coreml.runners import Runner
 
     import_ct()
     runner = Runner(Path(path))
@@ -107,8 +119,8 @@ def _feature(desc, var) -> dict:
 def rewrites(onnx_path: Path, context=None) -> list[str]:
     """The Core ML legalization rules a build would apply, as ``"RULE (node NAME)"``."""
     from onnxbridge.backends.coreml.ctimport import import_ct
+    from onnxbridge.backends.coreml.legalize import legalize
     from onnxbridge.backends.coreml.onnx_file import read_onnx
-    from onnxbridge.backends.coreml.package import legalize
     from onnxbridge.plugins import BuildContext
 
     import_ct()

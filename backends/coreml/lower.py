@@ -1,6 +1,6 @@
 """ONNX nodes as MIL ops: the registry ``OPS`` (one function per ONNX op, filled by the op families in
 ``lower_math``, ``lower_nn``, ``lower_rnn``, ``lower_resize``, ``lower_shape``), the lowering context ``Ctx`` and the
-helpers they share; ``package.program`` builds the MIL program.
+helpers they share; ``program.program`` builds the MIL program.
 
 Values are MIL vars, or numpy arrays for constants (initializers, Constant nodes, folded values), which MIL
 takes directly where it wants constants (conv weights, shapes, axes). A lowering returns one value, or a tuple

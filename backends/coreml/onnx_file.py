@@ -1,5 +1,5 @@
 """The ONNX file the Core ML backend checks or builds, read so that a malformed one is refused with one line
-(BadInputError naming it) before any lowering runs: ``fileio.load_onnx`` reads external data only from the
+(BadInputError naming it) before any lowering runs: ``onnxio.load_onnx`` reads external data only from the
 model's own folder, ``wellformed.check`` refuses what onnx's checker and its own guard find, and an opset beyond
 what this onnx knows is refused (the lowering reads onnx's schemas)."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ def read_onnx(path: Path) -> "onnx.ModelProto":
 
     from onnxbridge import wellformed
     from onnxbridge.adapters import default_opset
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
 
     model = load_onnx(path, load_external_data=True)
     wellformed.check(model, f"'{path}'")

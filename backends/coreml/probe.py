@@ -22,7 +22,7 @@ class MilTensors:
     """The probe object (in the worker): ``shows`` maps ONNX tensors to MIL vars, ``tensors`` evaluates a prefix."""
 
     def __init__(self, path: str):
-        from onnxbridge.backends.coreml.package import Runner
+        from onnxbridge.backends.coreml.runners import Runner
 
         self.runner = Runner(Path(path))
         self.ops = list(self.runner.function.operations)

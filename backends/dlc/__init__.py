@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from onnxbridge.hints import REPLACE_OP
 from onnxbridge.options import ALLOW_APPROX, CALIBRATION, Option
 from onnxbridge.registry import Plugin
 
@@ -19,7 +20,12 @@ PLUGIN = Plugin("dlc", "onnxbridge.backends.dlc", requires=("onnxruntime-qnn",),
                             "QnnIr serializer; checked on the HTP simulator",
                 options=(CALIBRATION, Option("flavour", "The QAIRT SDK's tools or onnxruntime-qnn's QnnIr serializer "
                                                         "(default: what is installed).", kind="choice",
-                                             choices=("qairt", "qnn-ir")), ALLOW_APPROX))
+                                             choices=("qairt", "qnn-ir")), ALLOW_APPROX),
+                node_kind="ONNX node",
+                hints=((r"has no QNN op|took no node|cannot take it", REPLACE_OP),
+                       (r"partition|fell out to the CPU|not the whole model",
+                        "part of the graph would run on the CPU: the nodes named are the ones to replace in the source "
+                        "for one QNN graph")))
 
 NAME = "dlc"
 SUFFIXES = (".dlc",)
@@ -37,22 +43,27 @@ KEEPS_DYNAMIC = False
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           flavour: str | None = None, allow_approx=()):
-    """Write ``output`` atomically; facts for the report (``runner``: a ``RunnerSpec`` of the HTP-simulator check
-    of what was built, or ``HopSkipped``). ``allow_approx``: see ``onnxbridge.legalize.approx``."""
+    """Write ``output`` atomically; what was built (a ``BuildResult`` whose ``runner`` is a ``RunnerSpec`` of the
+    HTP-simulator check of what was built, or ``HopSkipped``). ``allow_approx``: see ``onnxbridge.legalize.approx``."""
     from onnxbridge.backends.dlc.convert import build as build_dlc
     from onnxbridge.legalize.approx import approximated_file
-    from onnxbridge.plugins import BuildResult
 
     with approximated_file(onnx_path, allow_approx) as (path, notes):
-        facts = build_dlc(path, output, target=target, precision=precision, context=context, flavour=flavour)
-    return BuildResult.from_facts({**facts, "notes": notes + facts.get("notes", [])})
+        built = build_dlc(path, output, target=target, precision=precision, context=context, flavour=flavour)
+    built.notes = notes + built.notes
+    return built
 
 
 def check(onnx_path: Path, context=None) -> list[str]:
-    """Every blocker on the way to a DLC, without writing one: dynamic dims, opset, ops, QNN partitions."""
+    """Every blocker on the way to a DLC, without writing one: dynamic dims, opset, ops, QNN partitions. Needs a
+    toolchain as a build does: onnxruntime-qnn, or the QAIRT SDK (then the partitions are not checked); without
+    either, UnavailableError (exit 3) with the install hint."""
+    from onnxbridge.backends.dlc import qnn, sdk
     from onnxbridge.backends.dlc.checks import blockers
     from onnxbridge.plugins import BuildContext
 
+    if sdk.find() is None:
+        qnn.qnn_module()
     context = context or BuildContext()
     return blockers(Path(onnx_path), dict(context.input_shapes or {}))
 
@@ -60,7 +71,7 @@ def check(onnx_path: Path, context=None) -> list[str]:
 def rewrites(onnx_path: Path, context=None) -> list[str]:
     """The QNN legalization rules a build would apply (at the given input shapes), as ``"RULE (node NAME)"``."""
     from onnxbridge.backends.dlc.prepare import _fix_shapes, legalize
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
     from onnxbridge.plugins import BuildContext
 
     context = context or BuildContext()

@@ -13,7 +13,7 @@ def blockers(onnx_path: Path, input_shapes: dict) -> list[str]:
     opset allow, the model is prepared as the build prepares it (folded at the given input shapes, legalized by the
     same rules, its ops checked after that) in a scratch folder, and with onnxruntime-qnn installed dumped once for
     partitions; otherwise its ops are checked as they stand, after the rules, folding's ops let be."""
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
 
     model = load_onnx(onnx_path)
     shapes = {k: list(v) for k, v in input_shapes.items()}

@@ -11,10 +11,14 @@ import atexit
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onnxbridge.backends.dlc import container, structure
 from onnxbridge.backends.dlc.prepare import Prepared, graph_inputs, prepare
 from onnxbridge.errors import ArtifactMismatch, BadInputError, HopSkipped, UnavailableError, UnsupportedError
+
+if TYPE_CHECKING:
+    from onnxbridge.plugins import BuildResult
 
 FLAVOURS = ("qairt", "qnn-ir")
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -35,7 +39,7 @@ def _flavour(flavour: str | None):
 
 def _place(dlc: Path, output: Path) -> None:
     """Copy ``dlc`` to ``output`` atomically (staged beside it, then renamed over it)."""
-    from onnxbridge.fileio import placing
+    from onnxbridge.atomic import placing
 
     with placing(output) as staged:
         shutil.copyfile(dlc, staged)
@@ -134,8 +138,8 @@ def _sdk_build(found, prepared: Prepared, model_path: Path, folder: Path, precis
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
-          flavour: str | None = None) -> dict:
-    """Write ``output`` (.dlc) from ``onnx_path``; the facts for the report, with the dlc hop's ``runner``
+          flavour: str | None = None) -> "BuildResult":
+    """Write ``output`` (.dlc) from ``onnx_path``; what was built, with the dlc hop's ``runner``
     (``context.calibration``: the loaded ``--calibration`` arrays, for int8).
 
     The runner is a ``RunnerSpec`` (made in the worker by ``htp_runner``) or a ``HopSkipped``; the model it runs
@@ -164,24 +168,25 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     if workdir is None:  # called without the spine: nothing else removes it
         atexit.register(shutil.rmtree, folder, True)
     try:
-        facts, keep = _build(Path(onnx_path), output, folder, precision, calibration, found, context)
+        built, keep = _build(Path(onnx_path), output, folder, precision, calibration, found, context)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     if keep is None:  # no runner: nothing of the build is needed any more
         shutil.rmtree(folder, ignore_errors=True)
-        return facts
+        return built
     for item in folder.iterdir():  # only the model the runner runs is kept
         if item != keep:
             shutil.rmtree(item, ignore_errors=True) if item.is_dir() else item.unlink(missing_ok=True)
-    return facts
+    return built
 
 
 def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibration: dict | None, found,
-           context) -> tuple[dict, Path | None]:
-    """The build in ``folder``: the facts, and the file in ``folder`` the runner needs (None: no runner)."""
+           context) -> tuple["BuildResult", Path | None]:
+    """The build in ``folder``: what was built, and the file in ``folder`` the runner needs (None: no runner)."""
     from onnxbridge.backends.dlc import qnn
     from onnxbridge.backends.dlc.quantize import batches, qdq
+    from onnxbridge.plugins import BuildResult
     from onnxbridge.worker import RunnerSpec
 
     shapes, from_sample = _static_shapes(onnx_path, context)
@@ -245,7 +250,6 @@ def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibrat
         "partitions": 1, "ops": info["ops"], "dtypes": info["dtypes"],
         "quantized_tensors": info["quantized_tensors"], "dlc_version": info["dlc_version"],
         "inputs": info["inputs"], "outputs": info["outputs"],
-        "notes": notes, "warnings": [],
     })
     if found is None:
         facts.update(htp_check="the prepared model on onnxruntime-qnn's x86 HTP simulator (fp16 compute, CPU "
@@ -255,12 +259,13 @@ def _build(onnx_path: Path, output: Path, folder: Path, precision: str, calibrat
     else:
         facts.update(sdk_converter=str(found.converter), sdk_root=found.root, sdk_commands=commands,
                      htp_skipped=runner.one_line())
-    facts["applied_precision"] = applied_precision(precision, info["dtypes"])
+    warnings = []
     if renamed:
         facts["renamed"] = renamed
-        facts["warnings"].append("the QNN EP renamed DLC I/O: " + ", ".join(f"{k} -> {v}" for k, v in renamed.items()))
-    facts["runner"] = runner
-    return facts, (model_path if found is None else None)
+        warnings.append("the QNN EP renamed DLC I/O: " + ", ".join(f"{k} -> {v}" for k, v in renamed.items()))
+    built = BuildResult(facts, notes=notes, warnings=warnings, precision=applied_precision(precision, info["dtypes"]),
+                        runner=runner)
+    return built, (model_path if found is None else None)
 
 
 def applied_precision(precision: str, dtypes: dict) -> dict:
@@ -347,7 +352,7 @@ def _static_shapes(onnx_path: Path, context) -> tuple[dict[str, list[int]], list
     """Each input's static shape: ``--input-shape`` where given, else the sample's for an input with dynamic dims
     (whose names are the second item); inputs with static dims are left to the model."""
     from onnxbridge.backends.dlc.prepare import graph_inputs, input_dims
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
     from onnxbridge.plugins import BuildContext
 
     context = context or BuildContext()
@@ -364,7 +369,7 @@ def _input_shapes(dlc: container.Dlc, onnx_path: Path) -> dict[str, list[int]]:
     """The DLC's input shapes by the ONNX model's input names (the QNN EP may have sanitized them);
     ArtifactMismatch when the DLC's inputs cannot be the model's (names, ranks, fixed dims)."""
     from onnxbridge.backends.dlc.prepare import empty, input_dims
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
 
     try:
         model = load_onnx(onnx_path, load_external_data=False)

@@ -113,7 +113,7 @@ def dtype_blockers(model: "onnx.ModelProto") -> list[str]:
     """Tensors whose element type ONNX does not define (onnx's own helpers, and QNN, fail on them)."""
     from onnx import TensorProto
 
-    from onnxbridge.fileio import iter_tensors
+    from onnxbridge.modelwalk import iter_tensors
 
     g = model.graph
     typed = [(v.name, v.type.tensor_type.elem_type) for v in [*g.input, *g.output, *g.value_info]
@@ -224,8 +224,8 @@ def _fold(src: Path, dest: Path) -> None:
 
 def legalize(model: "onnx.ModelProto") -> tuple["onnx.ModelProto", list[str]]:
     """``model`` with the QNN execution provider's legalization rules applied, and which fired on which node."""
+    from onnxbridge.backends.dlc.legalize.rules import QNN_RULES
     from onnxbridge.legalize import apply
-    from onnxbridge.legalize.rules import QNN_RULES
 
     return apply(model, QNN_RULES)
 
@@ -235,8 +235,8 @@ def _legalize_and_refold(model: "onnx.ModelProto", folder: Path) -> tuple["onnx.
     so the shape arithmetic behind it folds away), fold again and legalize again, up to ``MAX_REFOLDS`` times."""
     import onnx
 
+    from onnxbridge.backends.dlc.legalize.rules import REFOLD
     from onnxbridge.builder import name_nodes
-    from onnxbridge.legalize.rules import REFOLD
 
     done: list[str] = []
     for _ in range(MAX_REFOLDS):
@@ -258,7 +258,7 @@ def prepare(onnx_path: Path, folder: Path, input_shapes: dict, *, check_ops: boo
 
     from onnxbridge.adapters import adapt, default_opset
     from onnxbridge.builder import name_nodes, set_ir_version
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
 
     model = load_onnx(onnx_path, load_external_data=True)
     problems = dtype_blockers(model) + shape_blockers(model, input_shapes)

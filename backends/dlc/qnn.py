@@ -120,7 +120,8 @@ def dump_dlc(model_path: Path, out_dir: Path) -> list[Path]:
 
 def approximated_ops(model_path: Path) -> list[str]:
     """The ops of the model at ``model_path`` whose HTP kernels are approximations (``APPROXIMATED``), sorted."""
-    from onnxbridge.fileio import graphs, load_in_place
+    from onnxbridge.inplace import load_in_place
+    from onnxbridge.modelwalk import graphs
 
     model = load_in_place(model_path)
     return sorted({n.op_type for g in graphs(model.graph) for n in g.node} & APPROXIMATED)

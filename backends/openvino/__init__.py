@@ -16,7 +16,8 @@ from onnxbridge.registry import Plugin
 
 PLUGIN = Plugin("openvino", "onnxbridge.backends.openvino", requires=("openvino",), extra="openvino", priority=40,
                 description="OpenVINO IR (.xml + .bin) via openvino.convert_model; run on OpenVINO's CPU plugin",
-                options=(CALIBRATION,))  # --calibration reaches build() loaded, as context.calibration
+                options=(CALIBRATION,),  # --calibration reaches build() loaded, as context.calibration
+                node_kind="ONNX node")
 
 NAME = "openvino"
 SUFFIXES = (".xml",)
@@ -27,13 +28,13 @@ PRECISIONS = ("fp32", "fp16", "int8")  # int8: NNCF post-training quantization o
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32",
           context=None):
-    """Write ``output`` (.xml) and its weights (.bin beside it) atomically; the report's backend facts."""
+    """Write ``output`` (.xml) and its weights (.bin beside it) atomically; what the IR holds (a ``BuildResult``)."""
     from onnxbridge.backends.openvino.convert import build as build_ir
-    from onnxbridge.plugins import BuildContext, BuildResult
+    from onnxbridge.plugins import BuildContext
 
     context = context or BuildContext()
-    return BuildResult.from_facts(build_ir(Path(onnx_path), Path(output), target=target, precision=precision,
-                                           calibration=context.calibration))
+    return build_ir(Path(onnx_path), Path(output), target=target, precision=precision,
+                    calibration=context.calibration)
 
 
 def companions(output: Path) -> list[Path]:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from onnxbridge.backends.openvino import PRECISIONS
 from onnxbridge.backends.openvino.ir import PRECISION_KEY, VALIDATED, VALIDATED_KEY, WRITER_KEY, constants, load, \
     ops, ports, reason, release, weights_of
 from onnxbridge.errors import BadInputError, UnsupportedError
+
+if TYPE_CHECKING:
+    from onnxbridge.plugins import BuildResult
 
 # the summary lines of OpenVINO's "Model wasn't fully converted" error, and its per-op detail blocks
 _NO_RULE = re.compile(r"^-- No conversion rule found for operations: (.+)$", re.M)
@@ -40,7 +44,8 @@ def _converted(ov, onnx_path: Path) -> tuple[object | None, list[str]]:
 def rejections(exc: BaseException, onnx_path: Path, version: str) -> list[str]:
     """One line per op in OpenVINO's conversion error, with the ONNX nodes of that op; the error's last informative
     line when it names no op."""
-    from onnxbridge.fileio import graphs, load_onnx
+    from onnxbridge.modelwalk import graphs
+    from onnxbridge.onnxio import load_onnx
 
     text = str(exc)
     details = {op: _detail(body) for op, body in _DETAIL.findall(text)}
@@ -93,11 +98,11 @@ def blockers(onnx_path: Path) -> list[str]:
 
 
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32",
-          calibration: dict | None = None) -> dict:
+          calibration: dict | None = None) -> "BuildResult":
     """Convert (and for int8 quantize on ``calibration``), save ``output`` and its .bin atomically (staged beside it,
-    then renamed), and return the facts: what the saved IR holds, read back from the staged files."""
+    then renamed), and return what the saved IR holds, read back from the staged files."""
     from onnxbridge import __version__
-    from onnxbridge.fileio import place, placing
+    from onnxbridge.atomic import place, placing
     from onnxbridge.plugins import native_writes
 
     if target is not None:
@@ -123,11 +128,13 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
         with native_writes(staged.parent, f"'{output}'"):  # a full disk: one line, not "basic_ios::clear"
             ov.save_model(model, str(staged), compress_to_fp16=precision == "fp16")
         saved = ov.Core().read_model(str(staged), str(weights_of(staged)))
-        facts = _facts(ov, saved, precision, staged)
+        built = _result(ov, saved, precision, staged)
         place(weights_of(staged), weights_of(output))
     if quantization:
-        facts["quantization"] = quantization
-    return {**facts, "warnings": caught, "build_s": round(time.perf_counter() - t, 4)}
+        built.facts["quantization"] = quantization
+    built.facts["build_s"] = round(time.perf_counter() - t, 4)
+    built.warnings = caught
+    return built
 
 
 def default_precision(ov) -> str | None:
@@ -154,18 +161,21 @@ def _applied(precision: str, by_type: dict, fake_quantize: int, default: str | N
     return {"weights": "fp32", "compute": compute}
 
 
-def _facts(ov, saved, precision: str, staged: Path) -> dict:
-    """The report's backend facts of the IR as saved."""
+def _result(ov, saved, precision: str, staged: Path) -> "BuildResult":
+    """The IR as saved: its facts, notes and applied precision."""
+    from onnxbridge.plugins import BuildResult
+
     io, by_type, histogram = ports(saved), constants(saved), ops(saved)
     fp16 = precision == "fp16"
     default = default_precision(ov)
     notes = [f"compress_to_fp16 applied: {by_type.get('f16', 0)} constant(s) stored as f16 in "
              f"{weights_of(staged).name}; the IR decompresses them to f32 (Convert) for compute"] if fp16 else []
-    return {"openvino": ov.__version__, "precision": precision, "compress_to_fp16": fp16,
-            "applied_precision": _applied(precision, by_type, histogram.get("FakeQuantize", 0), default),
-            "default_compile": {"device": "CPU", "inference_precision": default,
-                                "validated_with": dict(VALIDATED)},
-            **io, "dynamic_inputs": {r["name"]: r["partial_shape"] for r in io["inputs"]
-                                     if r["shape"] is None or None in r["shape"]},
-            "ops": histogram, "constants": by_type, "weights_file": weights_of(staged).name,
-            "xml_bytes": staged.stat().st_size, "bin_bytes": weights_of(staged).stat().st_size, "notes": notes}
+    facts = {"openvino": ov.__version__, "precision": precision, "compress_to_fp16": fp16,
+             "default_compile": {"device": "CPU", "inference_precision": default,
+                                 "validated_with": dict(VALIDATED)},
+             **io, "dynamic_inputs": {r["name"]: r["partial_shape"] for r in io["inputs"]
+                                      if r["shape"] is None or None in r["shape"]},
+             "ops": histogram, "constants": by_type, "weights_file": weights_of(staged).name,
+             "xml_bytes": staged.stat().st_size, "bin_bytes": weights_of(staged).stat().st_size}
+    return BuildResult(facts, notes=notes,
+                       precision=_applied(precision, by_type, histogram.get("FakeQuantize", 0), default))

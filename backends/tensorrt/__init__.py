@@ -16,6 +16,7 @@ from onnxbridge.registry import Plugin
 PLUGIN = Plugin("tensorrt", "onnxbridge.backends.tensorrt", any_of=("tensorrt-rtx-cu12", "tensorrt"), extra="tensorrt",
                 priority=30,
                 description="TensorRT / TensorRT-RTX .engine with optimization profiles; run where a CUDA GPU is",
+                node_kind="ONNX node", gpus=1,
                 options=(Option("shapes", "Optimization profile of an input, e.g. "
                                           "x:1x3x224x224/8x3x224x224/32x3x224x224 (default: min 1, opt and max from "
                                           "the sample).",
@@ -43,12 +44,12 @@ def companions(output: Path) -> list[Path]:
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           shapes: list[str] | tuple = (), workspace: int | None = None, timing_cache: str | None = None,
           flavour: str | None = None):
-    """Build ``output`` from the ONNX model at ``onnx_path``; returns the report's backend facts."""
+    """Build ``output`` from the ONNX model at ``onnx_path``; what was built (a ``BuildResult``)."""
     from onnxbridge.backends.tensorrt import engine, flavours, preflight
     from onnxbridge.backends.tensorrt.profiles import parse_shapes
     from onnxbridge.errors import BadInputError
-    from onnxbridge.fileio import workdir
-    from onnxbridge.plugins import BuildContext, BuildResult
+    from onnxbridge.plugins import BuildContext
+    from onnxbridge.scratch import workdir
 
     context = context or BuildContext()
     if target is not None:
@@ -65,10 +66,10 @@ def build(onnx_path: Path, output: Path, *, target: str | None = None, precision
     chosen = flavours.load(flavour)
     with workdir("onnxbridge-trt-") as scratch:
         prepared, prep, warnings = preflight.prepare(Path(onnx_path), scratch, chosen, precision, calibration)
-        facts = engine.build(chosen, prepared, Path(output), precision=precision, profiles_given=given,
+        built = engine.build(chosen, prepared, Path(output), precision=precision, profiles_given=given,
                              context=context, workspace=workspace, timing_cache=timing_cache, prep=prep)
-    facts["warnings"] = warnings + facts["warnings"]
-    return BuildResult.from_facts(facts)
+    built.warnings = warnings + built.warnings
+    return built
 
 
 def check(onnx_path: Path, context=None) -> list[str]:

@@ -76,7 +76,7 @@ def sidecar_path(engine: str | Path) -> Path:
 
 def write(output: Path, data: bytes, facts: dict) -> None:
     """The engine, then its sidecar, each through a temp file in the same folder and ``os.replace``."""
-    from onnxbridge.fileio import atomic_write_bytes, write_json
+    from onnxbridge.atomic import atomic_write_bytes, write_json
 
     atomic_write_bytes(output, data)
     write_json(sidecar_path(output), {"format": SIDECAR_FORMAT, "engine": output.name, "engine_bytes": len(data),

@@ -10,7 +10,7 @@ def blockers(onnx_path: Path, context=None) -> list[str]:
     from onnxbridge.adapters import default_opset
     from onnxbridge.backends.tensorrt import engine, flavours
     from onnxbridge.errors import UnsupportedError
-    from onnxbridge.fileio import load_onnx, save_onnx
+    from onnxbridge.onnxio import load_onnx, save_onnx
 
     flavour = flavours.load()  # UnavailableError (exit 3, with the install hint) without TensorRT
     model = load_onnx(onnx_path)

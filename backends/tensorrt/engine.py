@@ -11,6 +11,7 @@ from onnxbridge.errors import BadInputError, UnsupportedError
 
 if TYPE_CHECKING:
     from onnxbridge.backends.tensorrt.flavours import Flavour
+    from onnxbridge.plugins import BuildResult
 
 
 def network_flags(flavour: "Flavour", precision: str) -> int:
@@ -91,9 +92,11 @@ def io_of(network) -> tuple[list[dict], list[dict]]:
 
 
 def build(flavour: "Flavour", onnx_path: Path, output: Path, *, precision: str, profiles_given: dict, context,
-          workspace: int | None, timing_cache: str | None, prep: dict) -> dict:
-    """Build and write the engine; returns the report's backend facts (``warnings`` included)."""
+          workspace: int | None, timing_cache: str | None, prep: dict) -> "BuildResult":
+    """Build and write the engine (its sidecar holds the facts); what was built, with the parser's and builder's
+    warnings."""
     from onnxbridge.backends.tensorrt import artifact, profiles
+    from onnxbridge.plugins import BuildResult
 
     trt = flavour.trt
     t0 = time.perf_counter()
@@ -139,7 +142,7 @@ def build(flavour: "Flavour", onnx_path: Path, output: Path, *, precision: str, 
              "network_layers": network.num_layers, "inputs": inputs, "outputs": outputs,
              "build_s": round(build_s, 4), "engine_bytes": len(data)}
     artifact.write(output, data, facts)
-    return {**facts, "applied_precision": applied_precision(flavour, precision), "warnings": _dedupe(warnings)}
+    return BuildResult(facts, warnings=_dedupe(warnings), precision=applied_precision(flavour, precision))
 
 
 def applied_precision(flavour: "Flavour", precision: str) -> dict:
@@ -183,7 +186,7 @@ def _load_cache(flavour: "Flavour", config, path: str | None, warnings: list[str
 
 
 def _save_cache(config, path: str, warnings: list[str]) -> bool:
-    from onnxbridge.fileio import atomic_write_bytes
+    from onnxbridge.atomic import atomic_write_bytes
 
     with pywarnings.catch_warnings():
         pywarnings.simplefilter("ignore")

@@ -25,7 +25,7 @@ def prepare(onnx_path: Path, workdir: Path, flavour: "Flavour", precision: str,
             calibration: dict | None) -> tuple[Path, dict, list[str]]:
     """Write the model TensorRT will parse into ``workdir``; returns (path, facts, warnings)."""
     from onnxbridge.adapters import adapt, default_opset
-    from onnxbridge.fileio import load_onnx, save_onnx
+    from onnxbridge.onnxio import load_onnx, save_onnx
 
     facts: dict = {}
     warnings: list[str] = []
@@ -70,7 +70,7 @@ def prepare(onnx_path: Path, workdir: Path, flavour: "Flavour", precision: str,
 
 def fold_constants(model: "onnx.ModelProto", workdir: Path) -> tuple["onnx.ModelProto", dict]:
     """``model`` with constant subgraphs folded by onnxruntime (basic level); returns it and node counts."""
-    from onnxbridge.fileio import EXTERNAL_DATA_THRESHOLD, load_onnx, save_onnx
+    from onnxbridge.onnxio import EXTERNAL_DATA_THRESHOLD, load_onnx, save_onnx
     from onnxbridge.runtime import fold_constants as fold
 
     src, dst = workdir / "trt-prefold.onnx", workdir / "trt-folded.onnx"

@@ -22,7 +22,7 @@ def to_qdq(path: Path, workdir: Path, calibration: dict | None) -> tuple["onnx.M
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     from onnxbridge.calibration import batches, reader
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
 
     if not calibration:
         raise BadInputError("--precision int8 for TensorRT needs --calibration DATA (.npz or a folder of .npy, one "

@@ -136,12 +136,9 @@ class JaxModel(SourceModel):
             specs.append(jax.ShapeDtypeStruct(tuple(dims), arr.dtype))
         return specs
 
-    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
-               exporter: str = "auto") -> Exported:
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None) -> Exported:
         """jax2onnx at ``jax2onnx_opset``; when that export fails the ONNX checker below jax2onnx's default opset,
         the export at the default instead (the builder's adapters then take it to ``opset``)."""
-        if exporter != "auto":
-            raise BadInputError(f"--exporter {exporter} is for PyTorch sources; JAX sources export with jax2onnx")
         outputs = list(output_names) if output_names else self.default_output_names()
         if len(outputs) != self._leaves:
             raise BadInputError(f"{len(outputs)} output names for {self._leaves} outputs")

@@ -9,15 +9,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from onnxbridge.registry import Plugin
+from onnxbridge.registry import Plugin, Setup
 from onnxbridge.specs import DynamicAxis, TensorSpec
 
-# paddle2onnx pins onnx<=1.17: onnxbridge[all] has Paddle, and paddle2onnx runs from an environment of its own
+# paddle2onnx pins onnx<=1.17: onnxbridge[all] has Paddle, and paddle2onnx runs from an environment of its own,
+# which `onnxbridge setup paddle2onnx` makes (``environment``). ``import paddle`` after ``import tensorflow`` crashes
 PLUGIN = Plugin("paddle", "onnxbridge.frontends.paddle", requires=("paddlepaddle", "paddle2onnx"), extra="paddle",
                 toolchain="onnxbridge.frontends.paddle.environment:elsewhere", priority=30,
                 install="onnxbridge setup paddle2onnx (its own environment: it pins onnx<=1.17), or pip install "
                         "'onnxbridge[paddle]' in an environment for Paddle alone",
-                description="PaddlePaddle nn.Layer + InputSpec, inference models (.json PIR, .pdmodel + .pdiparams)")
+                description="PaddlePaddle nn.Layer + InputSpec, inference models (.json PIR, .pdmodel + .pdiparams)",
+                conflicts=("tensorflow",), node_kind="Paddle op",
+                setups=(Setup("paddle2onnx", "onnxbridge.frontends.paddle.environment:setup_command",
+                              help="paddle2onnx pins onnx<=1.17, so onnxbridge[all] installs Paddle but runs "
+                                   "paddle2onnx from an environment of its own (found without configuration)",
+                              dir_help="paddle2onnx: $ONNXBRIDGE_HOME/paddle2onnx, ~/.cache/onnxbridge"),))
 
 NAME = "paddle"
 PROGRAMS = (".json", ".pdmodel")

@@ -90,6 +90,16 @@ def setup(directory: Path | None = None, *, python: str = sys.executable, index_
     return {"python": str(target), "paddle2onnx": got[0], "paddlepaddle": got[1], "installed": wanted}
 
 
+def setup_command(directory: str | None, *, say, note) -> None:
+    """``onnxbridge setup paddle2onnx [--dir DIR]`` (the plugin's ``Setup``): ``setup``, saying what it does and made,
+    and noting the variable to set where onnxbridge would not find a ``--dir`` elsewhere than the default."""
+    if directory and os.environ.get(ENV_VAR) is None and default_dir() != Path(directory):
+        note(f"note: set {ENV_VAR}={directory}/bin/python for onnxbridge to find it")
+    say("installing paddle2onnx and paddlepaddle into an environment of their own ...")
+    made = setup(directory)
+    say(f"paddle2onnx {made['paddle2onnx']} with paddlepaddle {made['paddlepaddle']}: {made['python']}")
+
+
 def _run(command: list[str], what: str) -> str:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

@@ -5,8 +5,8 @@ import os
 from pathlib import Path
 
 from onnxbridge.errors import BadInputError
-from onnxbridge.fileio import regular
 from onnxbridge.frontends.paddle import PARAMS, PROGRAMS
+from onnxbridge.pathchecks import regular
 
 
 def inference_files(path: Path) -> tuple[Path, Path]:

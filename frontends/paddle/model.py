@@ -164,14 +164,11 @@ class PaddleModel(SourceModel):
         return [_spec(n, a.shape, a.dtype) for n, a in arrays.items()], arrays
 
     # export ----------------------------------------------------------------------------------
-    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
-               exporter: str = "auto") -> Exported:
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None) -> Exported:
         import onnx
 
         from onnxbridge.adapters import default_opset
         from onnxbridge.builder import rename_values
-        if exporter not in ("auto", "paddle2onnx"):
-            raise BadInputError(f"unknown exporter '{exporter}' for Paddle; known: paddle2onnx")
         program, params = self._inference_files(workdir / "paddle")
         save = workdir / "paddle2onnx.onnx"
         converter = to_onnx(str(program), str(params), str(save), paddle2onnx_opset(opset), str(workdir))

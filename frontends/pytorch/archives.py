@@ -6,7 +6,7 @@ import zipfile
 from pathlib import Path
 
 from onnxbridge.errors import TRUST_HINT, BadInputError, UnsafeInputError
-from onnxbridge.fileio import regular
+from onnxbridge.pathchecks import regular
 
 
 

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from onnxbridge.errors import BadInputError, ExportError, OnnxBridgeError, first_line
-from onnxbridge.fileio import load_in_place
-from onnxbridge.plugins import Exported, SourceModel
-from onnxbridge.optimize import forget_rewriter_matches
 from onnxbridge.frontends.pytorch import archives, script_hints, unsafe_ops
+from onnxbridge.inplace import load_in_place
+from onnxbridge.optimize import forget_rewriter_matches
+from onnxbridge.plugins import Exported, SourceModel
 from onnxbridge.quiet import native_output_silenced, quiet
 from onnxbridge.specs import DynamicAxis, Sample, TensorSpec, random_array, vary_dynamic
 
@@ -95,6 +95,8 @@ def _required_names(module: Any) -> list[str]:
 class TorchModel(SourceModel):
     frontend = "torch"
     framework = "torch"
+    declares_shapes = False  # a module takes what it is given: its input specs are the sample's shapes
+    exporter = "auto"  # the frontend's ``exporter`` option (``load`` sets it)
 
     def __init__(self, module: Any, *, kind: str, description: str, args: tuple, kwargs: dict,
                  names: list[str], dynamic: Sequence[DynamicAxis], program: Any = None):
@@ -228,14 +230,23 @@ class TorchModel(SourceModel):
             return True
         return len(_param_names(self.module)) <= len(self.args)
 
-    def exporter_order(self, exporter: str, opset: int | None) -> list[str]:
+    def check_exporter(self, exporter: str) -> str:
+        """``exporter`` (the frontend's ``--exporter``), refused where it cannot export this model."""
         if exporter not in EXPORTERS:
             raise BadInputError(f"unknown exporter '{exporter}'; known: {', '.join(EXPORTERS)}")
-        scripted = isinstance(self.module, (torch.jit.ScriptModule, torch.jit.ScriptFunction))
         if self.program is not None and exporter == "torchscript":
             raise BadInputError("an ExportedProgram can only be exported with the dynamo exporter")
-        if scripted and exporter == "dynamo":
+        if self._scripted() and exporter == "dynamo":
             raise BadInputError("a TorchScript module can only be exported with the torchscript exporter")
+        return exporter
+
+    def _scripted(self) -> bool:
+        return isinstance(self.module, (torch.jit.ScriptModule, torch.jit.ScriptFunction))
+
+    def exporter_order(self, opset: int | None) -> list[str]:
+        """The exporters to try, in order: the chosen one, or under ``auto`` the one likely to validate first."""
+        exporter = self.check_exporter(self.exporter)
+        scripted = self._scripted()
         if exporter != "auto":
             return [exporter]
         if self.program is not None:
@@ -266,8 +277,7 @@ class TorchModel(SourceModel):
                              "so torch.export does not bake it in")
         return self._with_feeds(feeds)
 
-    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
-               exporter: str = "auto") -> Exported:
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None) -> Exported:
         """The first exporter in ``exporter_order`` that works. Under ``auto``, a TorchScript export with dynamic
         axes must also run at grown sizes (``check_export``); when it does not and the dynamo exporter is still
         untried, the dynamo export replaces it if that one passes the same check."""
@@ -281,7 +291,7 @@ class TorchModel(SourceModel):
         notes: list[str] = []
         caught: list[str] = []
         failures: list[str] = []
-        order = self.exporter_order(exporter, opset)
+        order = self.exporter_order(opset)
         for i, name in enumerate(order):
             path = workdir / f"{name}.onnx"
             try:
@@ -291,7 +301,7 @@ class TorchModel(SourceModel):
                 continue
             if failures:
                 notes.append(f"fell back to the {name} exporter after: {failures[0]}")
-            if exporter == "auto" and name == "torchscript" and "dynamo" in order[i + 1:] and self.dynamic:
+            if self.exporter == "auto" and name == "torchscript" and "dynamo" in order[i + 1:] and self.dynamic:
                 name, path = self._second_opinion(workdir, path, opset, input_names, outputs, notes, caught)
             # a TorchScript export holds its weights inline: they stay in its file, read in place (not parsed)
             model = load_in_place(path) if name == "torchscript" else onnx.load(str(path), load_external_data=False)
@@ -463,7 +473,7 @@ def _name_outputs(model: "onnx.ModelProto") -> None:
     an earlier output gets an Identity instead. A wanted name held by a graph input or initializer is not taken."""
     import onnx
 
-    from onnxbridge.fileio import graphs
+    from onnxbridge.modelwalk import graphs
 
     graph = model.graph
     wanted = _default_output_names(len(graph.output))

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from onnxbridge.errors import TRUST_HINT, BadInputError, UnavailableError, UnsafeInputError
-from onnxbridge.fileio import regular
+from onnxbridge.pathchecks import regular
 
 PICKLES = (".joblib", ".pkl", ".pickle")
 SKOPS = ".skops"

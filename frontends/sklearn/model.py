@@ -135,13 +135,9 @@ class SklearnModel(SourceModel):
         return self._predict(feeds)
 
     # export ----------------------------------------------------------------------------------
-    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
-               exporter: str = "auto") -> Exported:
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None) -> Exported:
         import skl2onnx
 
-        if exporter != "auto":
-            raise BadInputError(f"--exporter {exporter} chooses a PyTorch exporter; scikit-learn models are "
-                                "converted with skl2onnx")
         if output_names and len(output_names) != len(self.outputs):
             raise BadInputError(f"{len(output_names)} output names given; the model has {len(self.outputs)} "
                                 f"outputs ({', '.join(m for m, _ in self.outputs)})")

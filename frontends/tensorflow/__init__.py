@@ -13,6 +13,7 @@ from onnxbridge.specs import DynamicAxis, TensorSpec
 PLUGIN = Plugin("tensorflow", "onnxbridge.frontends.tensorflow", requires=("tensorflow", "tf2onnx"),
                 extra="tensorflow", priority=20,
                 description="TensorFlow SavedModel, Keras .keras/.h5, tf.keras.Model, tf.function, .tflite",
+                node_kind="Keras layer",
                 options=(Option("signature", "SavedModel signature to convert (default: serving_default).",
                                 metavar="NAME"),
                          Option("inputs_as_nchw", "Take this NHWC input as NCHW in the ONNX model (repeatable).",

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from onnxbridge.localize.probe import Sides
 
 MIN_OPSET, MAX_OPSET = 13, 18  # what tf2onnx 1.17 emits well; the builder adapts to anything else
-# weights above this many bytes take tf2onnx's large-model path (default: fileio.EXTERNAL_DATA_THRESHOLD, under
+# weights above this many bytes take tf2onnx's large-model path (default: onnxio.EXTERNAL_DATA_THRESHOLD, under
 # protobuf's 2 GiB cap on the GraphDef tf2onnx freezes and the ModelProto it builds)
 LARGE_MODEL_ENV = "ONNXBRIDGE_TF_LARGE_MODEL_BYTES"
 WEIGHTS_FILE = "tf2onnx-weights.bin"  # in the export folder (the spine's own detach writes weights.bin)
@@ -34,7 +34,7 @@ _ALIGN = 4096
 def large_model_threshold() -> int:
     """Weight bytes above which ``TFModel.export`` uses tf2onnx's large-model path (``$ONNXBRIDGE_TF_LARGE_MODEL_BYTES``
     overrides the default)."""
-    from onnxbridge.fileio import EXTERNAL_DATA_THRESHOLD
+    from onnxbridge.onnxio import EXTERNAL_DATA_THRESHOLD
 
     value = os.environ.get(LARGE_MODEL_ENV, "").strip()
     if not value:
@@ -204,8 +204,7 @@ class TFModel(SourceModel):
         self.sample = sample_for(self.tf_specs, sample_inputs, self.nchw, seed)
         self.output_names: list[str] = list(fn.outputs)
 
-    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
-               exporter: str = "auto") -> Exported:
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None) -> Exported:
         tf = import_tf()
         import tf2onnx
 

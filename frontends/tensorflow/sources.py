@@ -13,7 +13,7 @@ from onnxbridge.frontends.tensorflow.tfimport import import_tf
 from onnxbridge.frontends.tensorflow.unsafe_ops import check_saved_model
 
 from onnxbridge.errors import BadInputError, UnsafeInputError
-from onnxbridge.fileio import regular
+from onnxbridge.pathchecks import regular
 from onnxbridge.specs import TensorSpec, as_arrays
 
 

@@ -24,7 +24,7 @@ from onnxbridge.frontends.tensorflow.tflite_graphs import TFLiteGraphs
 from onnxbridge.frontends.tensorflow.unsafe_ops import check_tflite
 
 from onnxbridge.errors import BadInputError, ExportError
-from onnxbridge.fileio import regular
+from onnxbridge.pathchecks import regular
 from onnxbridge.specs import DynamicAxis, TensorSpec, apply_overrides
 from onnxbridge.worker import RunnerSpec, call, open_runner
 
@@ -85,8 +85,7 @@ class TFLiteModel(SourceModel):
         self.sample = sample_for(self.tf_specs, sample_inputs, self.nchw, seed)
         self.output_names = list(self.outputs)
 
-    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None,
-               exporter: str = "auto") -> Exported:
+    def export(self, workdir: Path, *, opset: int | None, output_names: Sequence[str] | None = None) -> Exported:
         import_tf()
         import onnx
         import tf2onnx

@@ -33,7 +33,7 @@ def max_known_opset() -> int:
 
 def _load(model: "onnx.ModelProto | str | Path") -> "onnx.ModelProto":
     if isinstance(model, (str, Path)):
-        from onnxbridge.fileio import load_onnx
+        from onnxbridge.onnxio import load_onnx
 
         return load_onnx(model)
     return model

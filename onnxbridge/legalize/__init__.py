@@ -2,16 +2,19 @@
 
 A ``Rule`` is a pattern (the nodes it replaces, found from one root node), a condition (when the target cannot
 take those nodes as they are and the rewrite is exact) and a replacement (new nodes producing the same output
-names). ``apply`` runs rules over a model and says which fired on which node. Rules for the QNN execution
-provider (the DLC backend) are in ``onnxbridge.legalize.rules``.
+names). ``apply`` runs rules over a model and says which fired on which node. What rules share is in ``common``
+and ``gelu`` (GELU's pattern, which the optimizer uses too), the rank rule in ``rank``, the approximations a user
+may allow in ``approx``; each backend keeps its own rule set and hands it to ``apply`` (the DLC backend's:
+``onnxbridge.backends.dlc.legalize``).
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from onnxbridge.fileio import subgraphs
+from onnxbridge.modelwalk import subgraphs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,11 +51,10 @@ class Graph:
         self.graph = model.graph
         self._names = itertools.count()
         self.refresh()
-        self.types = self._infer()
 
     def refresh(self) -> None:
         """Recompute the maps from the whole graph (``apply`` keeps them current rewrite by rewrite instead;
-        rewrites keep the names and types of what they replace, so the types inferred at the start stay valid)."""
+        rewrites keep the names and types of what they replace, so the types inferred once stay valid)."""
         g = self.graph
         self.nodes = list(g.node)  # the maps hold these very objects: ``apply`` knows nodes by identity
         self.producer = {o: n for n in self.nodes for o in n.output if o}
@@ -86,7 +88,9 @@ class Graph:
         self._count(node, 1)
         self.producer.update((o, node) for o in node.output if o)
 
-    def _infer(self) -> dict:
+    @functools.cached_property
+    def types(self) -> dict:
+        """Tensor name -> ONNX tensor type, inferred from the model the first time a rule asks."""
         import onnx
 
         g = self.graph
@@ -114,11 +118,13 @@ class Graph:
         return node if not single_use or self.single_use(name) else None
 
     def value(self, name: str) -> "np.ndarray | None":
-        """The constant value of tensor ``name`` (an initializer or a Constant node's), or None."""
-        from onnx import numpy_helper
+        """The constant value of tensor ``name`` (an initializer or a Constant node's), or None (also for weights in
+        external data: rules never read those)."""
+        from onnx import TensorProto, numpy_helper
 
         if name in self.initializers:
-            return numpy_helper.to_array(self.initializers[name])
+            t = self.initializers[name]
+            return None if t.data_location == TensorProto.EXTERNAL else numpy_helper.to_array(t)
         node = self.producer.get(name)
         if node is not None and node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
             return numpy_helper.to_array(node.attribute[0].t)
@@ -207,13 +213,16 @@ def _init_type(t: "onnx.TensorProto"):
     return helper.make_tensor_type_proto(t.data_type, list(t.dims)).tensor_type
 
 
-def apply(model: "onnx.ModelProto", rules: Sequence[Rule]) -> tuple["onnx.ModelProto", list[str]]:
-    """A copy of ``model`` with ``rules`` applied, in order, to every node of its main graph; and what fired,
-    as ``"RULE (node NAME)"`` in firing order."""
+def apply(model: "onnx.ModelProto", rules: Sequence[Rule], *,
+          in_place: bool = False) -> tuple["onnx.ModelProto", list[str]]:
+    """A copy of ``model`` (``model`` itself when ``in_place``) with ``rules`` applied, in order, to every node of
+    its main graph; and what fired, as ``"RULE (node NAME)"`` in firing order."""
     import onnx
 
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
+    out = model
+    if not in_place:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
     graph = Graph(out)
     fired = rewrite(graph, rules)
     if fired:

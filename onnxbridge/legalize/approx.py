@@ -5,7 +5,7 @@ it.
 
 ``gelu-tanh``: exact GELU, ``0.5 x (1 + erf(x / sqrt 2))`` (ONNX ``Gelu`` or its Erf pattern), becomes the tanh
 form ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, in plain ONNX ops every backend takes (no ``Erf``,
-which the QNN execution provider lacks, and cheaper on NPUs). The two differ by at most ``GELU_TANH_MAX_ABS``.
+which some accelerators lack, and cheaper on NPUs). The two differ by at most ``GELU_TANH_MAX_ABS``.
 """
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from onnx import helper
 
 from onnxbridge.errors import BadInputError
 from onnxbridge.legalize import Graph, Match, Rule, apply
-from onnxbridge.legalize.qnn.common import GELU_TYPES
-from onnxbridge.legalize.qnn.elementwise import gelu_pattern
+from onnxbridge.legalize.gelu import GELU_TYPES, gelu_pattern
 
 if TYPE_CHECKING:
     import onnx
@@ -91,7 +90,8 @@ def approximate(model: "onnx.ModelProto", names) -> tuple["onnx.ModelProto", lis
 def approximated_file(onnx_path: Path, names) -> Iterator[tuple[Path, list[str]]]:
     """``(path, notes)``: ``onnx_path`` itself when no approximation is allowed, else the approximated model in a
     scratch folder that lives as long as the context (weights kept where they are: external data is copied)."""
-    from onnxbridge.fileio import load_onnx, save_onnx, workdir
+    from onnxbridge.onnxio import load_onnx, save_onnx
+    from onnxbridge.scratch import workdir
 
     if not names:
         yield Path(onnx_path), []

@@ -1,4 +1,5 @@
-"""Rank rules: Core ML and QNN tensors have rank <= 5; rewrite higher-rank data movement exactly.
+"""Rank rules for backends whose tensors have a rank limit (each passes its own to ``max_rank_rule``): rewrite
+higher-rank data movement exactly.
 
 Swin's window partition and reverse (``x.view(B, H//w, w, W//w, w, C)
 .permute(0, 1, 3, 2, 4, 5).reshape(-1, w, w, C)``) export as Reshape to rank 6, Transpose, Reshape back: the
@@ -8,12 +9,12 @@ the input's shape at run time) is one unknown dim: it merges into a run whose si
 final Reshape keeps the model's own run-time shape."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from onnx import helper
 
 from onnxbridge.legalize import Graph, Match, Rule
-
-MAX_RANK = 5  # Core ML's tensor rank limit
 
 
 def merge_runs(shape: list, perm: list[int]) -> tuple[list, list[int]]:
@@ -34,7 +35,7 @@ def merge_runs(shape: list, perm: list[int]) -> tuple[list, list[int]]:
     return merged, [order.index(r) for r in range(len(runs))]
 
 
-def rank6_pattern(graph: Graph, node) -> Match | None:
+def reshape_transpose_pattern(graph: Graph, node) -> Match | None:
     """Reshape(Transpose(Reshape(x))), the inner Reshape and the Transpose used only there."""
     if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx"):
         return None
@@ -72,20 +73,20 @@ def _final_shape(graph: Graph, root) -> str | list[int] | None:
     return root.input[1] if dims is not None and 0 not in dims else None
 
 
-def rank6_condition(graph: Graph, match: Match) -> bool:
+def rank_condition(graph: Graph, match: Match, limit: int) -> bool:
     """Known shapes (one dynamic dim at most, which must land in a merged dim of its own run), a transposed rank
-    over Core ML's limit, and a merged rank and final rank within it."""
+    over ``limit``, and a merged rank and final rank within it."""
     inner, transpose, root = match.nodes
     shape, out = _dims(graph, inner), _final_shape(graph, root)
-    if shape is None or out is None or len(shape) <= MAX_RANK or shape.count(None) > 1:
+    if shape is None or out is None or len(shape) <= limit or shape.count(None) > 1:
         return False
-    if len(out if isinstance(out, list) else graph.int_values(out)) > MAX_RANK:
+    if len(out if isinstance(out, list) else graph.int_values(out)) > limit:
         return False
     merged, _ = merge_runs(shape, _perm(transpose, len(shape)))
-    return 1 <= len(merged) <= MAX_RANK
+    return 1 <= len(merged) <= limit
 
 
-def rank6_replacement(graph: Graph, match: Match) -> list:
+def merged_replacement(graph: Graph, match: Match) -> list:
     """Reshape to the merged dims (-1 for the dynamic one), Transpose by the merged perm, the final Reshape."""
     inner, transpose, root = match.nodes
     shape, out = _dims(graph, inner), _final_shape(graph, root)
@@ -102,4 +103,8 @@ def rank6_replacement(graph: Graph, match: Match) -> list:
     ]
 
 
-RANK6_TRANSPOSE = Rule("rank6-reshape-transpose-to-rank5", rank6_pattern, rank6_condition, rank6_replacement)
+def max_rank_rule(limit: int) -> Rule:
+    """The rule for a backend whose tensors have rank <= ``limit``: Reshape to a higher rank, Transpose, Reshape back
+    within it, rewritten so that no tensor's rank exceeds ``limit`` (``rank6-reshape-transpose-to-rank5`` for 5)."""
+    return Rule(f"rank{limit + 1}-reshape-transpose-to-rank{limit}", reshape_transpose_pattern,
+                functools.partial(rank_condition, limit=limit), merged_replacement)

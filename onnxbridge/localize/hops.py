@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from onnxbridge.errors import BadInputError
 
 if TYPE_CHECKING:
+    from onnxbridge.records import Hop
     from onnxbridge.plugins import SourceModel
     from onnxbridge.specs import Sample
     from onnxbridge.validation import Tolerance
@@ -30,24 +31,26 @@ def mode_of(value: Any, default: str) -> str:
     return value
 
 
-def wanted(mode: str, hop: dict) -> bool:
+def wanted(mode: str, hop: "Hop") -> bool:
     """Whether ``hop`` gets a localization: it compared outputs (a hop that failed before any comparison, or was
     skipped, has nothing to bisect) and failed, or ``mode`` is "on"."""
-    compared = bool(hop.get("outputs")) and hop.get("status") in ("passed", "failed")
-    return compared and (mode == "on" or (mode == "auto" and hop["status"] == "failed"))
+    compared = bool(hop.outputs) and hop.status in ("passed", "failed")
+    return compared and (mode == "on" or (mode == "auto" and hop.status == "failed"))
 
 
-def tolerance_of(hop: dict) -> "Tolerance":
+def tolerance_of(hop: "Hop | dict") -> "Tolerance":
     """The elementwise tolerance localization holds the hop's tensors to: the hop's ``atol``/``rtol`` (after its
     runner raised them, e.g. the simulator's fp16; kept beside any rule's own budget) where it records them, else
     its precision's defaults (``onnxbridge.compare.TOLERANCES``; fp32 for a precision it does not know).
-    Localization compares tensors elementwise whatever rule judged the hop's outputs."""
+    Localization compares tensors elementwise whatever rule judged the hop's outputs. ``hop``: a Hop, or its record
+    in a report."""
     import dataclasses
 
     from onnxbridge.compare import TOLERANCES
+    from onnxbridge.records import Hop
     from onnxbridge.validation import Tolerance
 
-    t = hop.get("tolerance") or {}
+    t = (hop.tolerance if isinstance(hop, Hop) else hop.get("tolerance")) or {}
     precision = t.get("precision") if t.get("precision") in TOLERANCES else "fp32"
     atol, rtol = TOLERANCES[precision]
     atol = float(t["atol"]) if t.get("atol") is not None else atol
@@ -65,7 +68,7 @@ RANGE_CHECK = re.compile(r"fp16: node '(?P<node>.*?)' \((?P<op>[^)]*)\) made (?:
 
 
 def suspects_of(hop: dict) -> list[dict]:
-    """Nodes the hop's own checks already named (its errors and notes): the fp16 range check's, as
+    """Nodes a hop's own checks already named (its record's errors and notes): the fp16 range check's, as
     ``{"node", "op", "tensor", "note"}`` (the note's line up to its colon-separated explanation)."""
     out = []
     for line in [*(hop.get("errors") or ()), *(hop.get("notes") or ())]:
@@ -75,8 +78,8 @@ def suspects_of(hop: dict) -> list[dict]:
     return out
 
 
-def attach(hop: dict, mode: str, make: Callable[[], dict], progress=None) -> None:
-    """Add ``hop["localization"]`` when ``wanted``: ``make()``'s block, or one saying why it could not run (a hop
+def attach(hop: "Hop", mode: str, make: Callable[[], dict], progress=None) -> None:
+    """Set ``hop.localization`` when ``wanted``: ``make()``'s block, or one saying why it could not run (a hop
     the backend cannot run here, a native crash, a bug of ours: the verdict stands either way)."""
     from onnxbridge.errors import HopSkipped
 
@@ -84,29 +87,28 @@ def attach(hop: dict, mode: str, make: Callable[[], dict], progress=None) -> Non
 
     if not wanted(mode, hop):
         return
-    step = progress.step(f"Localizing the divergence of {hop['from']} -> {hop['to']}") if progress else None
+    step = progress.step(f"Localizing the divergence of {hop.src} -> {hop.dst}") if progress else None
     try:
-        with suspecting(suspects_of(hop)):
+        with suspecting(suspects_of({"errors": hop.errors, "notes": hop.notes})):
             if step is not None:
                 with step:
-                    hop["localization"] = make()
+                    hop.localization = make()
             else:
-                hop["localization"] = make()
+                hop.localization = make()
         _agree(hop)
     except HopSkipped as exc:
-        hop["localization"] = {"skipped": exc.one_line(), "method": "none"}
+        hop.localization = {"skipped": exc.one_line(), "method": "none"}
     except Exception as exc:  # noqa: BLE001 - localization explains a verdict; its failure must not change it
         text = " ".join(str(exc).split())[:300]
-        hop["localization"] = {"skipped": f"localization could not run: {type(exc).__name__}: {text}",
-                               "method": "none"}
+        hop.localization = {"skipped": f"localization could not run: {type(exc).__name__}: {text}", "method": "none"}
 
 
-def _agree(hop: dict) -> None:
+def _agree(hop: "Hop") -> None:
     """A passed hop names no first divergent node: a checkpoint out of tolerance whose difference never reaches
     the outputs (hidden again downstream, or within the rule that judged the outputs) is said in ``method``."""
-    loc = hop.get("localization") or {}
+    loc = hop.localization or {}
     first = loc.get("first_divergent")
-    if hop.get("status") != "passed" or not first:
+    if not hop.passed or not first:
         return
     loc["first_divergent"] = None
     loc["method"] = (f"{loc.get('method') or ''}; '{first['output']}' (node '{first['node']}') is out of its "
@@ -118,9 +120,9 @@ def source_to_onnx(src: "SourceModel", onnx_path: Path, samples: "Sequence[Sampl
     """Source framework -> ONNX: the frontend's probe (``SourceModel.probe``) against prefix models of the ONNX
     file. ``mapped_on``: the exporter's model, before the opset adapters renamed tensors (the frontend maps its
     names onto that one)."""
-    from onnxbridge.fileio import load_onnx
     from onnxbridge.localize.bisect import localize
     from onnxbridge.localize.onnx_probe import OnnxProbe, match_tensors
+    from onnxbridge.onnxio import load_onnx
 
     exported = load_onnx(mapped_on or onnx_path)
     sides = src.probe(exported)
@@ -150,9 +152,9 @@ def onnx_to_backend(backend: str, onnx_path: Path, artifact: Path, samples: "Seq
     its module: MIL vars, IR outputs, simulator prefixes), which raises HopSkipped where it cannot run here."""
     from onnxbridge.localize.bisect import localize
     from onnxbridge.localize.onnx_probe import OnnxProbe, onnx_checkpoints
-    from onnxbridge.plugins import module_of
+    from onnxbridge.plugins import BACKENDS
 
-    module = module_of(backend)
+    module = BACKENDS.module(backend)
     if not hasattr(module, "probe"):
         return {"skipped": f"the {backend} backend offers no probe of its intermediates", "method": "none"}
     reference = OnnxProbe(onnx_path)

@@ -32,7 +32,7 @@ NOT_A_TENSOR = -1
 
 def _skeleton(model: "str | Path | onnx.ModelProto") -> tuple["onnx.ModelProto", Path | None]:
     """The model (a path's external weights left on disk) and the folder its external data lives in."""
-    from onnxbridge.fileio import load_onnx
+    from onnxbridge.onnxio import load_onnx
 
     if isinstance(model, (str, Path)):
         return load_onnx(model), Path(model).resolve().parent

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from onnxbridge.errors import BadInputError
-from onnxbridge.fileio import regular
 from onnxbridge.matrix.cell import folder_for
 from onnxbridge.matrix.cells import Cell
+from onnxbridge.pathchecks import regular
 
 _FACTORY_FILE_SUFFIX = ".py:"
 MAX_TREE_ENTRIES = 10_000  # files and folders looked at under a factory's folder; beyond: the cell is not reused
@@ -251,7 +251,7 @@ RECORD_NAME = "matrix-record.json"  # a finished cell's record, beside its repor
 
 def save_record(outdir: str | Path, record: dict) -> None:
     """Keep a finished cell's record in its folder (``OUTDIR/<name>/matrix-record.json``), if the folder exists."""
-    from onnxbridge.fileio import write_json
+    from onnxbridge.atomic import write_json
 
     try:
         folder = folder_for(record["name"], outdir)  # never through a link a cell was refused for

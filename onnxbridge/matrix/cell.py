@@ -176,7 +176,7 @@ def _die_with_parent(every_s: float = 1.0) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m onnxbridge.matrix.cell CELL_JSON OUTDIR RECORD_JSON``: run one cell, write its record."""
-    from onnxbridge.fileio import write_json
+    from onnxbridge.atomic import write_json
     from onnxbridge.matrix.cells import Cell
 
     args = sys.argv[1:] if argv is None else argv

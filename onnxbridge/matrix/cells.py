@@ -44,9 +44,9 @@ class Cell:
 
     def output_name(self) -> str:
         """The artifact's file name in the cell's folder: ``model`` + the backend's first suffix."""
-        from onnxbridge.plugins import module_of
+        from onnxbridge.plugins import BACKENDS
 
-        return "model" + module_of(self.target).SUFFIXES[0]
+        return "model" + BACKENDS.module(self.target).SUFFIXES[0]
 
 
 def _excluded(manifest: Manifest, model: str, target: str, precision: str, opset: int | None) -> bool:
@@ -74,15 +74,15 @@ def _precision_skip(target: str, precision: str, cache: dict) -> str | None:
 def _dynamic_skip(target: str, options: dict) -> str | None:
     """Why ``target`` cannot take the model's ``dynamic`` axes (its artifacts have static shapes and
     ``input_shapes`` does not fix those inputs: ``convert`` refuses it, exit 2), or None."""
-    from onnxbridge.plugins import module_of
+    from onnxbridge.plugins import BACKENDS
     from onnxbridge.spine import dynamic_not_kept
     from onnxbridge.specs import InputSpec
 
     if not options.get("dynamic"):
         return None
     try:
-        lost = dynamic_not_kept(target, module_of(target), InputSpec.parse(options.get("input_shapes"),
-                                                                          options["dynamic"]))
+        lost = dynamic_not_kept(target, BACKENDS.module(target), InputSpec.parse(options.get("input_shapes"),
+                                                                                 options["dynamic"]))
     except BadInputError:
         return None  # a malformed value: the cell's own conversion says what is wrong
     if lost is None:

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from onnxbridge.errors import BadInputError, first_line
-from onnxbridge.fileio import regular
 from onnxbridge.matrix.outputs import OUTPUT_NAMES
+from onnxbridge.pathchecks import regular
 
 try:
     import tomllib
@@ -281,12 +281,12 @@ class _Reader:
 
     def opset(self, item: Any, table: str, index: int) -> None:
         """An opset onnxbridge delivers (``spine``'s check, so a cell never starts only to be refused)."""
-        from onnxbridge.spine import _check_opset
+        from onnxbridge.spine.preflight import check_opset_known
 
         if not isinstance(item, int) or isinstance(item, bool):
             raise self.refuse(f"opsets holds {item!r}, not an opset number", "opsets", table, index)
         try:
-            _check_opset(item)
+            check_opset_known(item)
         except BadInputError as exc:
             raise self.refuse(f"opsets: {str(exc).replace('--opset ', 'opset ')}", "opsets", table, index,
                               hint=exc.hint) from None
@@ -363,7 +363,7 @@ class _Reader:
         return found
 
     def regular(self, path: str | Path, what: str, key: str, table: str, index: int, folder: bool = False) -> Path:
-        """``fileio.regular``'s refusal (a device, FIFO, socket or a link to one) at the key's line."""
+        """``pathchecks.regular``'s refusal (a device, FIFO, socket or a link to one) at the key's line."""
         try:
             return regular(path, what, folder=folder)
         except BadInputError as exc:

@@ -338,7 +338,7 @@ def with_schema(matrix: dict) -> dict:
 def write_outputs(matrix: dict, outdir: str | Path) -> dict[str, Path]:
     """Write matrix.json, matrix.xml, matrix.md and matrix.html into ``outdir``, each atomically; returns their
     paths by format (``json``, ``junit``, ``markdown``, ``html``)."""
-    from onnxbridge.fileio import atomic_write_bytes, write_json
+    from onnxbridge.atomic import atomic_write_bytes, write_json
 
     outdir = Path(outdir)
     matrix = with_schema(matrix)

@@ -4,8 +4,9 @@ the folder in memory), unpacked member by member into ``OUTDIR/<cell.name>/`` on
 
 Without an address a local Ray is started (``num_cpus=workers``, no dashboard, no usage reporting, quiet logs) and
 shut down after; with one, the run joins that cluster. A Ray session already started in this process is used as it
-is and left running. Cells declare 1 CPU, a memory hint, and a GPU for TensorRT where the cluster has GPUs. A task
-whose worker or node died is retried once (``max_retries=1``), then the cell is an ``error``.
+is and left running. Cells declare 1 CPU, a memory hint, and where the cluster has GPUs the GPUs their backend
+declares (``Plugin.gpus``: TensorRT's). A task whose worker or node died is retried once (``max_retries=1``), then
+the cell is an ``error``.
 """
 from __future__ import annotations
 
@@ -171,7 +172,7 @@ class RayExecutor:
                         done(run_cell(cell, outdir))
                         continue
                     ref = task.options(num_cpus=1, memory=memory or None, num_returns="streaming",
-                                       num_gpus=1 if gpus and cell.target == "tensorrt" else 0, max_retries=1,
+                                       num_gpus=_gpus(cell.target) if gpus else 0, max_retries=1,
                                        retry_exceptions=False, name=f"onnxbridge-matrix {cell.name}"
                                        ).remote(cell.as_dict(), timeout, threads)
                     now = time.monotonic()
@@ -222,6 +223,14 @@ class RayExecutor:
             return _lost(cell, outdir, f"refused the cell's folder from its Ray node: {describe_error(exc)}",
                          seconds)
         return record
+
+
+def _gpus(target: str) -> int:
+    """The GPUs a cell for ``target`` reserves where the cluster has some: what its backend declares
+    (``Plugin.gpus``); none for a name no backend has (the cell reports that)."""
+    from onnxbridge.plugins import BACKENDS
+
+    return BACKENDS.plugin(target).gpus if target in BACKENDS.names() else 0
 
 
 def _lost(cell: Cell, outdir: Path, reason: str, seconds: float) -> dict:

@@ -17,7 +17,7 @@ def render(report: dict, fmt: str) -> str:
 
 
 def write(report: dict, path: str | Path, fmt: str) -> Path:
-    from onnxbridge.fileio import atomic_write_bytes
+    from onnxbridge.atomic import atomic_write_bytes
 
     return atomic_write_bytes(path, render(report, fmt).encode("utf-8"))
 

@@ -52,6 +52,7 @@ def _run(args: list, cwd: Path, limit: int | None = LIMIT) -> subprocess.Complet
 
 @pytest.mark.parametrize("output, needs", [("o.xml", "openvino"),
                                            pytest.param("o.mlpackage", "coremltools", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_a_full_disk_under_a_backend_writer_is_one_line(tmp_path, output, needs):
     if missing_modules(needs):
         pytest.skip(f"needs {needs}")

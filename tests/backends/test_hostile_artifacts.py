@@ -29,6 +29,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.conftest import ROOT
+from tests.helpers.extras import require
 
 MEMORY_LIMIT = 3 << 30  # address space of a CLI process and its worker
 EXTRA_S, EXTRA_MB = 2.0, 200  # what a crafted file may cost beyond the genuine one
@@ -277,7 +278,7 @@ def deflated_zeros(mib: int) -> bytes:
 @pytest.fixture(scope="module")
 def genuine(tmp_path_factory):
     """A small ONNX model, its DLC (onnxruntime-qnn's QnnIr), and the cost of inspecting and validating them."""
-    pytest.importorskip("onnxruntime_qnn")
+    require("onnxruntime_qnn")
     import onnxbridge
 
     folder = tmp_path_factory.mktemp("genuine")
@@ -315,6 +316,7 @@ def quadratic_one_node(path: Path) -> Path:
 
 
 @pytest.mark.parametrize("craft", [quadratic_one_string, quadratic_one_node])
+@pytest.mark.slow
 def test_a_dlc_pointing_at_itself_is_refused_at_once(genuine, tmp_path, craft):
     """Read naively, these cost the square of their size (and their rendering much more); the reader's budget
     refuses them as soon as it has decoded twice their size."""
@@ -340,6 +342,7 @@ def _bombs(tmp_path: Path, entries) -> dict[str, Path]:
     }
 
 
+@pytest.mark.slow
 def test_zip_bombs_are_refused_before_they_inflate(genuine, tmp_path):
     model, dlc, base = genuine
     for what, path in _bombs(tmp_path, entries_of(dlc)).items():
@@ -349,6 +352,7 @@ def test_zip_bombs_are_refused_before_they_inflate(genuine, tmp_path):
             assert "ZIP bomb" in line or "inflates past" in line, (what, line)
 
 
+@pytest.mark.slow
 def test_broken_entries_are_refused(genuine, tmp_path):
     """Deflate streams that are not, or end early; sizes and offsets that lie."""
     model, dlc, base = genuine
@@ -389,6 +393,7 @@ def test_a_deflated_genuine_dlc_is_read_as_the_stored_one(genuine, tmp_path):
     (b'{"dlcGenerationInfo": [{"converterCommand": [1]}]}', "converterCommand"),
     (b'{"dlcGenerationInfo": [{"converterCommand": {"tool": 5}}]}', "converterCommand"),
 ])
+@pytest.mark.fast_cases("7-holds a JSON int")
 def test_malformed_metadata_is_refused(genuine, tmp_path, history, needle):
     model, dlc, base = genuine
     entries = [e for e in entries_of(dlc) if not e[0].startswith("dlc.metadata.history")]
@@ -457,6 +462,7 @@ def _dlc_mutants(dlc: Path, folder: Path) -> list[Path]:
     return made
 
 
+@pytest.mark.slow
 def test_dlc_mini_fuzz(genuine, tmp_path):
     """Seeded mutants of a genuine DLC, read as inspect and validate read them: each is refused (exit 2) or read,
     in bounded time, and none ends in another exception or a signal."""
@@ -527,6 +533,7 @@ HOSTILE_SIDECARS = {
 
 
 @pytest.mark.parametrize("what", list(HOSTILE_SIDECARS))
+@pytest.mark.fast_cases("an unknown flavour")
 def test_a_hostile_sidecar_is_refused(engine_pair, tmp_path, what):
     """The sidecar matches the engine's size and SHA-256 (or cannot be read at all), so it is checked, and
     refused; validate refuses it before any hop."""
@@ -657,6 +664,7 @@ def _onnx_mutants(folder: Path) -> dict[str, Path]:
     return out
 
 
+@pytest.mark.slow
 def test_check_on_malformed_onnx_never_crashes(tmp_path):
     """``check --targets dlc,tensorrt`` (the CLI's own function, in one driver; the backends' checks in the
     worker as always): each mutant is refused or its blockers listed, never an internal error or a signal."""
@@ -669,7 +677,7 @@ def test_check_on_malformed_onnx_never_crashes(tmp_path):
 def test_tensorrt_never_parses_a_node_without_outputs(tmp_path):
     """TensorRT-RTX's ONNX parser dies of SIGSEGV on a node without outputs: ours refuses the graph first, even
     where the loader would let it through."""
-    pytest.importorskip("tensorrt_rtx")
+    require("tensorrt_rtx")
     path = _onnx_mutants(tmp_path)["node without outputs"]
     result = run_batch("parse", [("parse", [path])], tmp_path)["parse"]
     assert result["code"] == 2 and "node 'relu' (Relu) has no output" in result["line"], result

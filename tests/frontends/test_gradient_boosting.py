@@ -11,19 +11,20 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn")
-pytest.importorskip("skl2onnx")
-
 import onnxbridge
 from tests.conftest import check_report
+from tests.helpers.extras import require
+
+require("sklearn")
+require("skl2onnx")
 
 ROWS, TREES = 240, 12
 
 
 def _need(package: str):
-    module = pytest.importorskip(package)
+    module = require(package)
     if package != "catboost":
-        pytest.importorskip("onnxmltools")
+        require("onnxmltools")
     return module
 
 
@@ -181,7 +182,7 @@ def test_no_note_for_models_without_trees():
 
 
 def frame():
-    pd = pytest.importorskip("pandas")
+    pd = require("pandas")
     rng = np.random.default_rng(0)
     df = pd.DataFrame({"a": rng.random(ROWS), "b": rng.random(ROWS), "c": rng.integers(0, 3, ROWS)})
     return df, (df.a + df.c > 1.5).astype(int).to_numpy()

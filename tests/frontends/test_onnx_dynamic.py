@@ -36,6 +36,7 @@ def _i64(name, values):
     return numpy_helper.from_array(np.array(values, dtype=np.int64), name)
 
 
+@pytest.mark.slow
 def test_static_cnn_made_dynamic_runs_at_other_batches(static_cnn, tmp_path):
     result = onnxbridge.convert(static_cnn, output=tmp_path / "dyn.onnx", dynamic=["x:0:batch"])
     rep = result.report
@@ -130,7 +131,7 @@ def test_size_baked_where_no_static_check_sees_it_fails_validation_honestly(tmp_
 
 
 def test_already_dynamic_axis_is_kept(tmp_path):
-    from tests.test_cli import tiny_onnx
+    from tests.helpers.models import tiny_onnx
 
     src = tiny_onnx(tmp_path / "tiny.onnx")
     result = onnxbridge.convert(src, output=tmp_path / "o.onnx", dynamic=["x:0:n:1..5"])

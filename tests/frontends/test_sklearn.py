@@ -12,8 +12,10 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn")
-pytest.importorskip("skl2onnx")
+from tests.helpers.extras import require
+
+require("sklearn")
+require("skl2onnx")
 
 import onnx
 
@@ -151,8 +153,8 @@ def test_input_name(built):
 
 
 def test_lightgbm_through_onnxmltools():
-    lightgbm = pytest.importorskip("lightgbm")
-    pytest.importorskip("onnxmltools")
+    lightgbm = require("lightgbm")
+    require("onnxmltools")
     x, _, names, _ = data()
     est = lightgbm.LGBMClassifier(n_estimators=10, verbose=-1).fit(x, names)
     assert_passed(onnxbridge.convert(est, x, opset=17).report, 17, classifier=True)

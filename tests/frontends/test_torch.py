@@ -8,11 +8,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 
 import onnxbridge
 from onnxbridge.errors import BadInputError, UnsafeInputError, UnsupportedError
 from tests.conftest import assert_one_line_error, check_report
+from tests.helpers.extras import require
+
+torch = require("torch")
 
 SHAPES = {"cnn": (3, 32, 32), "lstm": (7, 12), "transformer": (10, 32)}
 
@@ -23,6 +25,7 @@ def _ort(path):
 
 @pytest.mark.parametrize("opset", [13, 17, None], ids=["opset13", "opset17", "default"])
 @pytest.mark.parametrize("name", ["cnn", "lstm", "transformer"])
+@pytest.mark.fast_cases("cnn-opset17")
 def test_convert_matches_torch(models, tmp_path, name, opset):
     model, args = getattr(models, name)()
     model.train()  # the export must still be in eval mode, and the flag must come back
@@ -53,6 +56,7 @@ def test_convert_matches_torch(models, tmp_path, name, opset):
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.fast_cases("torchscript")
 def test_both_exporters(models, tmp_path, exporter):
     model, args = models.cnn()
     result = onnxbridge.convert(model, args, output=tmp_path / "m.onnx", opset=18, exporter=exporter,
@@ -68,6 +72,7 @@ def test_both_exporters(models, tmp_path, exporter):
 
 
 @pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.slow
 def test_dynamo_below_18_delivers_the_exact_opset(models, tmp_path, opset):
     """torch's dynamo exporter emits 18 and silently keeps it when 13 is asked; our adapters move it."""
     model, args = models.cnn()
@@ -91,6 +96,7 @@ def test_blocked_opset_names_the_node_and_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_dynamic_batch_from_a_batch_of_one(models, tmp_path):
     """torch.export specialises size-1 axes; the export sample is grown so the batch stays dynamic."""
     model, _ = models.transformer()
@@ -153,6 +159,7 @@ def test_in_memory_result(models):
     onnx.checker.check_model(result.model, full_check=True)
 
 
+@pytest.mark.slow
 def test_exported_program_pt2(models, tmp_path, cli):
     model, args = models.cnn()
     path = tmp_path / "cnn.pt2"
@@ -181,6 +188,7 @@ def test_pt2_with_pickled_payload_needs_trust(models, tmp_path, cli):
         onnxbridge.convert(str(tampered))
 
 
+@pytest.mark.slow
 def test_torchscript_archive_needs_input_shapes(models, tmp_path, cli):
     model, args = models.cnn()
     path = tmp_path / "cnn.pt"
@@ -194,6 +202,7 @@ def test_torchscript_archive_needs_input_shapes(models, tmp_path, cli):
     assert rep["inputs"]["samples"] == [{"x": [2, 3, 32, 32]}, {"x": [3, 3, 32, 32]}]
 
 
+@pytest.mark.slow
 def test_pickles_refused_without_trust(models, tmp_path, cli):
     model, _ = models.cnn()
     path = tmp_path / "model.pt"
@@ -207,6 +216,7 @@ def test_pickles_refused_without_trust(models, tmp_path, cli):
     assert_one_line_error(cli("convert", tmp_path / "sd.pt", "-o", tmp_path / "s.onnx", "--trust"), 2, "state_dict")
 
 
+@pytest.mark.slow
 def test_factory_from_module_path(tmp_path, monkeypatch, cli):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()

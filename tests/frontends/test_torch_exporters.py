@@ -6,9 +6,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 
 import onnxbridge
+from tests.helpers.extras import require
+
+torch = require("torch")
 
 
 class DiffOfHalves(torch.nn.Module):
@@ -54,6 +56,7 @@ def _matches_torch(model, path, x):
 
 
 @pytest.mark.parametrize("exporter", ["auto", "dynamo"])
+@pytest.mark.slow
 def test_dynamo_below_18_exports_at_18_and_adapts(tmp_path, exporter):
     """torch's own down-conversion kept Split's num_outputs at opset 17, which the checker rejects."""
     out = tmp_path / "d.onnx"
@@ -72,6 +75,7 @@ def test_dynamo_below_18_exports_at_18_and_adapts(tmp_path, exporter):
     _matches_torch(DiffOfHalves(), out, torch.randn(5, 8))
 
 
+@pytest.mark.slow
 def test_auto_keeps_the_export_that_validates(tmp_path):
     """TorchScript bakes a Reshape size into nn.MultiheadAttention at opset 13; auto swaps in the dynamo export."""
     out = tmp_path / "mha.onnx"
@@ -87,6 +91,7 @@ def test_auto_keeps_the_export_that_validates(tmp_path):
     _matches_torch(model, out, torch.randn(4, 9, 16))
 
 
+@pytest.mark.slow
 def test_an_explicit_exporter_is_kept_even_when_it_fails_validation(tmp_path):
     result = onnxbridge.convert(Attention(), (torch.randn(2, 5, 16),), output=tmp_path / "mha.onnx", opset=13,
                                 exporter="torchscript", dynamic=["x:0:batch", "x:1:seq"])
@@ -106,6 +111,7 @@ def test_auto_keeps_a_torchscript_export_that_validates(tmp_path, monkeypatch):
     assert calls == [False] and _meta(out)["onnxbridge.exporter"] == "torch.onnx.export (torchscript)"
 
 
+@pytest.mark.slow
 def test_dynamic_range_reaches_torch_export(tmp_path, monkeypatch):
     """``x:0:batch:1..16`` becomes torch.export.Dim('batch', min=1, max=16): the program's range constraint."""
     programs = []

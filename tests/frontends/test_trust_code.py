@@ -13,11 +13,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import torch
 
 import onnxbridge
 from onnxbridge.errors import UnsafeInputError
 from tests.conftest import ROOT, missing_modules
+from tests.helpers.extras import require
+
+torch = require("torch")
 
 EXE = Path(sys.executable).with_name("onnxbridge")
 CLI = [str(EXE)] if EXE.exists() else [sys.executable, "-m", "onnxbridge.cli.main"]
@@ -104,6 +106,7 @@ class Clean(torch.nn.Module):
 
 
 @pytest.mark.parametrize("model, needle", [(FromFile, "aten::from_file"), (WithSetstate, "__setstate__")])
+@pytest.mark.slow
 def test_torchscript_with_file_access_needs_trust(tmp_path, model, needle):
     marker, path, out = tmp_path / "marker", tmp_path / "evil.pt", tmp_path / "x.onnx"
     torch.jit.script(model(str(marker))).save(str(path))
@@ -201,6 +204,7 @@ def tf_models(tmp_path_factory):
 
 
 @needs("tensorflow", "tf2onnx")
+@pytest.mark.slow
 def test_saved_model_writing_a_file_needs_trust(tf_models):
     root, results = tf_models
     out = root / "w.onnx"
@@ -212,12 +216,14 @@ def test_saved_model_writing_a_file_needs_trust(tf_models):
 
 @needs("tensorflow", "tf2onnx")
 @pytest.mark.parametrize("name, needle", [("py_function", "EagerPyFunc"), ("flex.tflite", "FlexWriteFile")])
+@pytest.mark.slow
 def test_tensorflow_code_refused(tf_models, name, needle):
     _, results = tf_models
     assert results[name].startswith("refused") and needle in results[name]
 
 
 @needs("tensorflow", "tf2onnx")
+@pytest.mark.slow
 def test_clean_saved_model_converts_without_trust(tf_models):
     assert tf_models[1]["clean"] == "passed"
 
@@ -269,6 +275,7 @@ PADDLE_MODELS = """
 
 
 @needs("paddle", "paddle2onnx")
+@pytest.mark.slow
 def test_paddle_programs_with_denied_ops_need_trust(tmp_path):
     results = run_script(PADDLE_MODELS, tmp_path)
     assert results["saves.pdmodel"].startswith("refused") and "runs save (reads or writes files)" in \

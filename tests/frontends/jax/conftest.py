@@ -7,10 +7,11 @@ import importlib.util
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers.extras import require
 
-jax = pytest.importorskip("jax")
-pytest.importorskip("flax")
-pytest.importorskip("jax2onnx")
+jax = require("jax")
+require("flax")
+require("jax2onnx")
 
 EXAMPLE = ROOT / "examples" / "convert_jax.py"
 

@@ -73,7 +73,8 @@ def test_a_dynamic_axis_the_function_fixes_is_refused(cli, tmp_path):
 
 def test_other_refusals(cli, tmp_path):
     out = tmp_path / "o.onnx"
-    assert_one_line_error(cli("convert", f"{EXAMPLE}:mlp", "-o", out, "--exporter", "dynamo"), 2, "jax2onnx")
+    assert_one_line_error(cli("convert", f"{EXAMPLE}:mlp", "-o", out, "--exporter", "dynamo"), 2,
+                          "--exporter does not apply to jax sources (it applies to --from torch)")
     with pytest.raises(BadInputError, match="--input-shape for x"):
         onnxbridge.convert(jax.jit(jnp.tanh), output=out)
     with pytest.raises(BadInputError, match="no variables bound"):

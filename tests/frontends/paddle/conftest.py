@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import missing_modules
+from tests.helpers.extras import require
 
 os.environ.setdefault("GLOG_minloglevel", "2")
 os.environ.setdefault("FLAGS_call_stack_level", "0")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    paddle = pytest.importorskip("paddle")
+    paddle = require("paddle")
 if missing_modules("paddle2onnx"):
     pytest.skip("paddle2onnx not installed here nor in an environment of its own", allow_module_level=True)
 

@@ -15,8 +15,9 @@ import pytest
 import onnxbridge
 from tests.conftest import ROOT, assert_one_line_error, check_report
 from tests.frontends.paddle.conftest import IMAGE, Singular, TwoInputs
+from tests.helpers.extras import require
 
-paddle = pytest.importorskip("paddle")
+paddle = require("paddle")
 
 
 def _digest(folder) -> dict:
@@ -24,6 +25,7 @@ def _digest(folder) -> dict:
 
 
 @pytest.mark.parametrize("opset", [13, 17, None])
+@pytest.mark.fast_cases("17")
 def test_layer_with_input_spec(net, tmp_path, opset):
     """The plain paddle.onnx.export route fails here ("requires `x` arguments"); names come from forward."""
     net.train()
@@ -40,6 +42,7 @@ def test_layer_with_input_spec(net, tmp_path, opset):
     assert all(np.array_equal(v.numpy(), weights[k]) for k, v in net.state_dict().items())
 
 
+@pytest.mark.slow
 def test_layer_with_arrays_and_dynamic_batch(tmp_path):
     a = np.random.default_rng(0).standard_normal((3, 4)).astype("float32")
     b = np.ones((3, 5), "float32")
@@ -52,6 +55,7 @@ def test_layer_with_arrays_and_dynamic_batch(tmp_path):
 
 
 @pytest.mark.parametrize("form", ["tensors", "dict", "dict-of-specs", "input-shapes"])
+@pytest.mark.fast_cases("dict-of-specs")
 def test_layer_sample_forms(tmp_path, form):
     """Paddle tensors, a dict (any order), a dict of InputSpecs, or only --input-shape + --dynamic: the ONNX
     inputs take forward's names in forward's order, the labels of --dynamic, and two batch sizes pass."""
@@ -82,6 +86,7 @@ def test_a_dict_must_name_forward_parameters(tmp_path):
                            output=tmp_path / "t.onnx")
 
 
+@pytest.mark.slow
 def test_opset_below_paddle2onnx_is_adapted(tmp_path):
     """paddle2onnx raises the opset where an operator needs it; the adapters take it back down."""
     rep = onnxbridge.convert(TwoInputs(), [paddle.static.InputSpec([None, 4]), paddle.static.InputSpec([None, 5])],
@@ -90,6 +95,7 @@ def test_opset_below_paddle2onnx_is_adapted(tmp_path):
     assert any("the lowest its operators allow); adapted to 9" in n for n in rep["notes"]), rep["notes"]
 
 
+@pytest.mark.slow
 def test_opset_above_paddle2onnx_is_adapted(net, tmp_path):
     spec = [IMAGE]
     rep = onnxbridge.convert(net, spec, output=tmp_path / "n22.onnx", opset=22).report
@@ -104,6 +110,7 @@ MODELS = {"pir": ("pir", "convnet.json"), "pdmodel": ("legacy", "convnet.pdmodel
 @pytest.mark.parametrize("which, name, opset", [(*m, opset) for m in MODELS.values() for opset in (13, 17)]
                          + [("pir", "convnet.json", None), ("legacy", "convnet.pdmodel", None)],
                          ids=[f"{k}-{o}" for k in MODELS for o in (13, 17)] + ["pir-default", "pdmodel-default"])
+@pytest.mark.fast_cases("weights-file-17")
 def test_inference_models_through_the_cli(cli, paddle_files, tmp_path, which, name, opset):
     folder = paddle_files / which
     before = _digest(folder)
@@ -123,6 +130,7 @@ def test_inference_models_through_the_cli(cli, paddle_files, tmp_path, which, na
         assert [o["shape"][1:] for o in rep["hops"][0]["outputs"]] == [[3], [4]]
 
 
+@pytest.mark.slow
 def test_path_prefix(cli, paddle_files, tmp_path):
     """jit.save's own path prefix names the model (the spine needs --from for a path that does not exist)."""
     from onnxbridge.frontends import paddle as frontend
@@ -176,6 +184,7 @@ def test_bad_model_files(cli, paddle_files, tmp_path, which, name, needle):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_paddle2onnx_crash_is_an_error(monkeypatch, net, tmp_path):
     """paddle2onnx aborts the process above opset 21; in the child process that is a NativeCrash (exit 4: asking
     for that opset is our bug) naming the library and the signal."""
@@ -190,6 +199,7 @@ def test_a_paddle2onnx_crash_is_an_error(monkeypatch, net, tmp_path):
     assert not (tmp_path / "n.onnx").exists()
 
 
+@pytest.mark.slow
 def test_unsupported_operator_is_an_error(cli, tmp_path):
     """paddle2onnx aborts on an operator it lacks (svd): that is its refusal, an UnsupportedError (exit 2) quoting
     it, and the caller's process lives."""
@@ -200,6 +210,7 @@ def test_unsupported_operator_is_an_error(cli, tmp_path):
     assert not (tmp_path / "s.onnx").exists()
 
 
+@pytest.mark.slow
 def test_a_logged_paddle2onnx_failure_is_an_error(paddle_files, tmp_path):
     """paddle2onnx only logs errors in its Python part and then returns nothing: the logged error is raised."""
     from onnxbridge.errors import ExportError
@@ -213,6 +224,7 @@ def test_a_logged_paddle2onnx_failure_is_an_error(paddle_files, tmp_path):
     assert not (tmp_path / "x.onnx").exists()
 
 
+@pytest.mark.slow
 def test_no_runtime_installs(net, tmp_path):
     """paddle2onnx's save path pip-installs onnx_graphsurgeon to fold constants; ours never installs."""
     import importlib.util
@@ -226,7 +238,7 @@ def test_no_runtime_installs(net, tmp_path):
 def test_a_wrong_conversion_is_caught(net, tmp_path):
     spec = [IMAGE]
     onnxbridge.convert(net, spec, output=tmp_path / "n.onnx", opset=17)
-    from onnxbridge.fileio import iter_tensors
+    from onnxbridge.modelwalk import iter_tensors
 
     model = onnx.load(tmp_path / "n.onnx")
     biggest = max(iter_tensors(model), key=lambda t: np.prod(t.dims))  # weights may be Constant nodes
@@ -252,6 +264,7 @@ def test_doctor_shows_paddle_and_paddle2onnx(cli):
     assert row["available"] and row["versions"]["paddlepaddle"], row
 
 
+@pytest.mark.slow
 def test_tensorflow_first_is_a_clear_error(paddle_files, tmp_path):
     """In a process that imported tensorflow, a Paddle source is refused (exit 3), never a segfault."""
     import importlib.util
@@ -267,6 +280,7 @@ def test_tensorflow_first_is_a_clear_error(paddle_files, tmp_path):
     assert "error: paddle cannot be imported into a process that has already imported tensorflow" in proc.stderr
 
 
+@pytest.mark.slow
 def test_example_runs(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "convert_paddle.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=600, check=False)

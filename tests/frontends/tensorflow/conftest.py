@@ -6,10 +6,12 @@ import os
 import numpy as np
 import pytest
 
+from tests.helpers.extras import require
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
-pytest.importorskip("tf2onnx")
+tf = require("tensorflow")
+keras = require("keras")
+require("tf2onnx")
 
 
 def keras_cnn():

@@ -17,6 +17,7 @@ def test_doctor_shows_tensorflow_and_tf2onnx(cli):
     assert row["available"] and row["versions"]["tensorflow"] and row["versions"]["tf2onnx"]
 
 
+@pytest.mark.slow
 def test_cli_output_stays_clean(tf_files, tmp_path):
     """No TF C++ start-up lines, absl or tf2onnx logs: a quiet conversion prints nothing at all."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
@@ -47,6 +48,7 @@ def test_paddle_is_refused_after_tensorflow():
         require_importable("paddle")
 
 
+@pytest.mark.slow
 def test_example_runs(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "convert_tensorflow.py"), str(tmp_path)],
                          check=False, capture_output=True, text=True, timeout=600)

@@ -7,8 +7,9 @@ import pytest
 import onnxbridge
 from onnxbridge.errors import BadInputError
 from tests.frontends.tensorflow.conftest import Scorer, outputs_of
+from tests.helpers.extras import require
 
-tf = pytest.importorskip("tensorflow")
+tf = require("tensorflow")
 
 
 def test_tf_function_with_sample_and_dynamic_axis(tmp_path):

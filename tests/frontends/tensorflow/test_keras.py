@@ -11,9 +11,10 @@ import onnxbridge
 from onnxbridge.errors import BadInputError
 from tests.conftest import assert_one_line_error, check_report
 from tests.frontends.tensorflow.conftest import outputs_of
+from tests.helpers.extras import require
 
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
+tf = require("tensorflow")
+keras = require("keras")
 
 
 @pytest.mark.parametrize("opset", [13, 17, None])

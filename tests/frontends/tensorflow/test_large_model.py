@@ -45,6 +45,7 @@ def _large_notes(rep: dict) -> list[str]:
     return [n for n in rep["notes"] if "large-model path" in n]
 
 
+@pytest.mark.slow
 def test_savedmodel_over_the_threshold_takes_the_large_model_path(mlp_dir, tmp_path, monkeypatch):
     x = np.random.RandomState(1).randn(5, FEATURES).astype(np.float32)
     small = onnxbridge.convert(mlp_dir, output=tmp_path / "small" / "model.onnx").report
@@ -69,8 +70,9 @@ def test_savedmodel_over_the_threshold_takes_the_large_model_path(mlp_dir, tmp_p
     np.testing.assert_array_equal(_run(out, x), _run(tmp_path / "small" / "model.onnx", x))
 
 
+@pytest.mark.slow
 def test_large_model_path_without_asking_for_external_data(mlp_dir, tmp_path, monkeypatch):
-    """Below fileio's threshold the written model is self-contained again (the large path only changes how the
+    """Below onnxio's threshold the written model is self-contained again (the large path only changes how the
     export holds its weights); a live Keras model takes the same path."""
     monkeypatch.setenv(LARGE_MODEL_ENV, "1000")
     out = tmp_path / "model.onnx"

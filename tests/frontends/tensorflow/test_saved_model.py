@@ -7,8 +7,9 @@ import pytest
 import onnxbridge
 from tests.conftest import assert_one_line_error, check_report
 from tests.frontends.tensorflow.conftest import outputs_of
+from tests.helpers.extras import require
 
-tf = pytest.importorskip("tensorflow")
+tf = require("tensorflow")
 
 
 @pytest.mark.parametrize("opset", [13, 17])

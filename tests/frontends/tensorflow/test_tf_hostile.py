@@ -78,6 +78,7 @@ def written(folder: Path, prefix: str = "ckpt") -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(prefix))
 
 
+@pytest.mark.slow
 def test_tf1_main_op_saving_to_a_path_of_its_choosing_needs_trust(tmp_path):
     """The saver's SaveV2 run by main_op with the filename's default (an absolute path) is refused by the CLI, and
     nothing appears there; with --trust it runs, and writes the checkpoint there (what the refusal prevents)."""
@@ -163,6 +164,7 @@ def tflite_files(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_tflite_signature_naming_a_missing_subgraph_is_refused_by_the_cli(tflite_files, tmp_path):
     """The interpreter ends the process (SIGSEGV) on it: the CLI refuses it first, exit 2."""
     out = tmp_path / "x.onnx"
@@ -177,6 +179,7 @@ def test_tflite_index_out_of_range_is_refused_before_the_interpreter(tflite_file
         onnxbridge.convert(tflite_files / f"{name}.tflite", output=tmp_path / "x.onnx")
 
 
+@pytest.mark.slow
 def test_no_tflite_interpreter_in_this_process(tflite_files, tmp_path, monkeypatch):
     """The interpreter (reading the signature, the reference runs, tf2onnx's own) runs in the worker only."""
     from tensorflow.lite.python import interpreter

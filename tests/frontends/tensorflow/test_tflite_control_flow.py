@@ -111,6 +111,7 @@ def _trip_count_inputs() -> list[np.ndarray]:
     return [base * (k + 0.5) for k in range(5)] + [np.full((3, 4), -(k + 0.5) / 12, np.float32) for k in range(5)]
 
 
+@pytest.mark.slow
 def test_while_with_a_data_dependent_trip_count(flow_files, tmp_path):
     out = tmp_path / "w.onnx"
     rep = onnxbridge.convert(flow_files / "data_dependent.tflite", output=out).report
@@ -138,6 +139,7 @@ def test_cond_takes_both_branches(flow_files, tmp_path):
     _agrees(out, flow_files / "cond.tflite", "serving_default", [x, -x])  # then, else
 
 
+@pytest.mark.slow
 def test_a_signature_outside_subgraph_0_converts_with_its_control_flow(flow_files, tmp_path):
     from onnxbridge.frontends.tensorflow.tflite_graphs import TFLiteGraphs
 

@@ -36,11 +36,11 @@ def _options(optimization: str, saved: Path | None = None):
 def build(onnx_path: Path, output: Path, *, target: str | None = None, precision: str = "fp32", context=None,
           optimization: str = "all"):
     """Write ``output`` (.ort) atomically: onnxruntime optimizes the model at ``optimization`` and saves it.
-    ``onnxbridge.fileio.placing`` gives the path to write in a staging folder beside ``output`` and places it over
+    ``onnxbridge.atomic.placing`` gives the path to write in a staging folder beside ``output`` and places it over
     ``output`` only when the block ends without an error (docs/plugins.md)."""
     import onnxruntime as ort
 
-    from onnxbridge.fileio import placing
+    from onnxbridge.atomic import placing
     from onnxbridge.plugins import BuildResult
 
     with placing(Path(output)) as staged:

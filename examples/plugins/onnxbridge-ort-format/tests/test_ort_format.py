@@ -27,6 +27,6 @@ def test_converts_and_runs(tmp_path, level):
 
 def test_refuses_an_unknown_level(tmp_path):
     _model(tmp_path / "m.onnx")
-    with pytest.raises(onnxbridge.errors.BadInputError, match="its choices: basic, extended, all"):
+    with pytest.raises(onnxbridge.errors.BadInputError, match="must be one of basic, extended, all"):
         onnxbridge.convert(tmp_path / "m.onnx", to="ort", output=tmp_path / "m.ort", optimization="max")
     assert not (tmp_path / "m.ort").exists()
