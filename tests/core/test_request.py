@@ -109,3 +109,13 @@ def test_plugin_options_are_checked_by_their_declarations():
         onnxbridge.convert("m.onnx", output="m.engine", workspace=0)
     with pytest.raises(BadInputError, match=r"argument exporter='bogus' \(str\) must be one of auto, dynamo"):
         onnxbridge.convert("m.onnx", output="m.onnx", exporter="bogus")
+
+
+def test_a_plugin_option_for_another_command_is_refused(models, tmp_path):
+    """PyTorch's exporter applies to convert only (``Option.commands``): validate and inputs refuse it (exit 2 in
+    the API as on the CLI, where the flag is not offered), never ignore it."""
+    model, args = models.cnn()
+    out = tmp_path / "m.onnx"
+    onnxbridge.convert(model, args, output=out, validate=False)
+    with pytest.raises(BadInputError, match=r"--exporter does not apply to validate \(it applies to convert\)"):
+        onnxbridge.validate(model, out, sample_inputs=args, exporter="dynamo")
