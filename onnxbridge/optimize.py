@@ -111,12 +111,55 @@ def _optimize(model: "ir.Model", level: str) -> int:
             common.RemoveUnusedNodesPass(), common.RemoveUnusedOpsetsPass(), common.OutputFixPass(),
             common.NameFixPass())(model)
         return 0
-    oso.optimize_ir(model)  # folding first, so shape inference sees constant shapes
+    _optimize_ir(model)  # folding first, so shape inference sees constant shapes
     common.ShapeInferencePass(strict_mode=False, data_prop=True)(model)
     materialized = _materialize_reshape_shapes(model.graph)
     if materialized:
-        oso.optimize_ir(model)  # the Shape -> Gather -> Concat chains are dead now
+        _optimize_ir(model)  # the Shape -> Gather -> Concat chains are dead now
     return materialized
+
+
+def _optimize_ir(model: "ir.Model") -> None:
+    """onnxscript's ``optimize_ir``, and the initializers its rewriter dropped put back.
+
+    onnxscript 0.7.2's ``RewriteRuleSet`` registers each rewrite's new initializers under their own names and, where
+    one exists already, replaces it (its duplicate-name check skips nothing): two rewrites that name an initializer
+    after the same input (``Flatten2Reshape``'s ``<input>/shape``, ``ReshapeReshape``, BatchNorm fusion) leave the
+    first rewrite's node reading a value that is no longer in the graph, and the written model is invalid ("not
+    topologically sorted"). That value still holds its tensor: it becomes an initializer again, and the duplicates
+    this leaves are merged as the optimizer would have.
+    """
+    import onnx_ir as ir
+    import onnxscript.optimizer as oso
+    from onnx_ir.passes import common
+
+    oso.optimize_ir(model)
+    if _reattach_dropped_initializers(model.graph):
+        ir.passes.Sequential(common.DeduplicateInitializersPass(), common.CommonSubexpressionEliminationPass(),
+                             common.RemoveUnusedNodesPass())(model)
+
+
+def _reattach_dropped_initializers(graph: "ir.Graph") -> int:
+    """Register as main-graph initializers the constant values that nodes read but that no node produces and no
+    graph owns (visible from every subgraph); how many."""
+    import onnx_ir as ir
+
+    taken = {v.name for n in ir.traversal.RecursiveGraphIterator(graph) for v in (*n.inputs, *n.outputs) if v}
+    taken |= {v.name for v in (*graph.inputs, *graph.initializers.values())}
+    count = 0
+    for node in ir.traversal.RecursiveGraphIterator(graph):
+        for value in node.inputs:
+            if value is None or value.producer() is not None or value.graph is not None or value.const_value is None:
+                continue
+            if not value.name or value.name in graph.initializers:
+                base, i = value.name or "dropped_initializer", 1
+                while f"{base}_{i}" in taken:
+                    i += 1
+                value.name = f"{base}_{i}"
+                taken.add(value.name)
+            graph.register_initializer(value)
+            count += 1
+    return count
 
 
 def _move_gelu_half(model: "onnx.ModelProto") -> int:

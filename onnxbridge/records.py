@@ -12,13 +12,15 @@ class HopKind(str, Enum):
     """Which step a hop checks (``hops[].kind``): the source against the first model (``source``), the exporter's
     model against the adapted one (``adapters``), the graph before ``--optimize`` against the optimized one
     (``optimizer``), the fp32 graph against the reduced-precision file (``precision``), the ONNX model against a
-    backend's artifact (``backend``)."""
+    backend's artifact (``backend``; with ``--split-tail``, the head it was built from), and the source against the
+    artifact feeding onnxruntime on the tail it could not take (``pipeline``, ``--split-tail``)."""
 
     SOURCE = "source"
     ADAPTERS = "adapters"
     OPTIMIZER = "optimizer"
     PRECISION = "precision"
     BACKEND = "backend"
+    PIPELINE = "pipeline"
 
 
 class Metrics(TypedDict, total=False):

@@ -10,7 +10,7 @@ from pathlib import Path
 from onnxbridge._version import __version__
 from onnxbridge.registry import dist_version
 
-SCHEMA_VERSION = "1.9"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
+SCHEMA_VERSION = "1.10"  # 1.1: status "blocked", blockers, command "check"; 1.2: histograms, top-1, per-output tol;
 # 1.3: hops compared with the source too (vs_source), introduced_by, skipped hops with skipped_reason, check
 # --targets (targets), backend artifacts without opset/ir_version; 1.4: artifact.precision (what was applied), hop
 # runtimes (what ran) and artifact_checked/artifact_check, output reason (NaN/inf) and reference_dtype; 1.5: check
@@ -19,6 +19,7 @@ SCHEMA_VERSION = "1.9"  # 1.1: status "blocked", blockers, command "check"; 1.2:
 # 1.8: a tolerance per hop by what that hop computes (tolerance.rule/reason, factor/floor for fp16-emulation),
 # per output snr_db, rel_rms, scale, budget and failed_check; hop dynamic_axes (the sizes that exercised them);
 # 1.9: hop kind (source, adapters, optimizer, precision, backend); seconds and runtimes on every hop
+# 1.10: --split-tail: the report's split (where the model was cut and why), hop kind pipeline, timings split_s
 # latency_s only from timed warm runs (--latency-runs, latency_method says how); status skipped is never success
 SCHEMA_PATH = Path(__file__).with_name("schemas") / "report.schema.json"
 

@@ -87,6 +87,11 @@ LOCALIZE = Option("localize", "Find the first diverging node of failed hops (aut
                   metavar="[auto|on|off]",
                   rule=lambda v: None if isinstance(v, bool) or v in ("auto", "on", "off") else
                   "must be True, False, 'auto', 'on' or 'off'")
+SPLIT_TAIL = Option("split_tail", "Where the backend cannot take part of the model (NonZero, NMS, If/Loop, dynamic "
+                    "boxes...), cut the graph before the first node its own check refuses: the artifact holds the "
+                    "head, OUTPUT.tail.onnx beside it the rest, for onnxruntime; validated as one pipeline against the "
+                    "source. A backend that takes the whole model gets it whole (no tail).", kind="flag",
+                    default=False)
 # the Python API's only
 RENDERERS = Option("renderers", "More reports to write: format (junit, markdown, html) -> path.", kind="value",
                    rule=rules.renderers, cli=False)
@@ -95,7 +100,7 @@ PROGRESS = Option("progress", "Show progress lines on stderr.", kind="flag", def
 # the tables: the options of each command, in the order --help lists them
 CONVERT: list[Option] = [OUTPUT, FROM, TO, TARGET, OPSET, INPUT_SHAPES, DYNAMIC, INPUT_NAMES, OUTPUT_NAMES, VALIDATE,
                          INPUTS, PRECISION, SEED, EXTERNAL_DATA, REPORT, TRUST, OPTIMIZE, ATOL, RTOL, SAMPLES,
-                         LATENCY_RUNS, LOCALIZE, RENDERERS, PROGRESS]
+                         LATENCY_RUNS, LOCALIZE, SPLIT_TAIL, RENDERERS, PROGRESS]
 VALIDATE_OPTIONS: list[Option] = [
     INPUTS, FROM, dataclasses.replace(INPUT_SHAPES, help="Shape (and dtype) of an input, for random inputs."),
     dataclasses.replace(PRECISION, help="Tolerance policy."), SEED, REPORT, TRUST, ATOL, RTOL, SAMPLES, LATENCY_RUNS,

@@ -15,7 +15,8 @@ from onnxbridge.optable import OpTable
 
 KERNELS: OpTable[str] = OpTable("host kernel of MIL op")
 kernel = KERNELS.register  # @kernel("name", ...): the numpy kernel of those MIL ops
-DTYPES = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}
+DTYPES = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_, "int8": np.int8,
+          "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16}  # the narrow ones: iOS 17's fp16 passes
 
 
 def run(function, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -254,9 +255,15 @@ def transpose(x, perm, **_):
 
 @kernel("concat")
 def concat(values, axis, interleave=False, **_):
-    if _s(interleave):
-        raise EvaluatorGap("the host evaluator does not interleave concat")
-    return np.concatenate(values, axis=int(_s(axis)))
+    """``interleave`` (what coremltools fuses a channel shuffle into; inputs of one shape): element i of input j
+    goes to index i * len(values) + j along ``axis``."""
+    axis = int(_s(axis))
+    if not _s(interleave):
+        return np.concatenate(values, axis=axis)
+    axis %= values[0].ndim
+    shape = list(values[0].shape)
+    shape[axis] *= len(values)
+    return np.stack(values, axis=axis + 1).reshape(shape)
 
 
 @kernel("expand_dims")
@@ -633,4 +640,4 @@ def resize(x, shape, resized_dims, interpolation_mode="LINEAR", sampling_mode="D
 
 
 # kernels of further op families register themselves on import
-from onnxbridge.backends.coreml import evaluate_spatial  # noqa: E402,F401
+from onnxbridge.backends.coreml import evaluate_select, evaluate_spatial  # noqa: E402,F401

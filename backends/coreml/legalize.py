@@ -12,10 +12,14 @@ if TYPE_CHECKING:
 def legalize(model: "onnx.ModelProto", input_shapes: dict | None = None) -> tuple["onnx.ModelProto", list[str]]:
     """``model`` with the Core ML legalization rules applied, and which fired on which node. ``input_shapes``
     (``--input-shape``) fix flexible input dims first, as the build does, so rules needing static shapes see them."""
+    from onnxbridge.backends.coreml.legalize_rank import high_rank_chain_rule, high_rank_shape_rule
     from onnxbridge.legalize import apply
     from onnxbridge.legalize.rank import max_rank_rule
 
-    return apply(_with_input_shapes(model, input_shapes or {}), [max_rank_rule(MAX_RANK)])
+    # Shapes of 6-D tensors from their Reshape's target first (they would keep those tensors), then the core rule
+    # where the 6-D sizes are known, then the chain rule for the rest (sizes computed at run time)
+    return apply(_with_input_shapes(model, input_shapes or {}), [
+        high_rank_shape_rule(MAX_RANK), max_rank_rule(MAX_RANK), high_rank_chain_rule(MAX_RANK)])
 
 
 def _with_input_shapes(model: "onnx.ModelProto", input_shapes: dict) -> "onnx.ModelProto":

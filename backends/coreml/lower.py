@@ -9,7 +9,9 @@ symbols (object arrays, turned into run-time int32 tensors by ``runtime_shape`` 
 lowering that needs a static dim refuses, naming the node, rather than baking in the sample's size.
 
 Dtype policy (MIL has no int64 or fp64): constants are narrowed with ``narrow`` (int64 -> int32 saturating,
-fp64 -> fp32); binary ops get one dtype through ``same_dtype`` (explicit casts, as MIL never promotes).
+fp64 -> fp32); binary ops get one dtype through ``same_dtype`` (explicit casts, as MIL never promotes). Ops that
+only move values but whose MIL op takes no bool (gathers, scatters) or floats only (pad, depth_to_space, nearest
+upsample) take bools and int32s exactly through ``moved`` and ``float_moved``, never by a rounding cast.
 """
 from __future__ import annotations
 
@@ -132,6 +134,50 @@ def same_dtype(ctx: "Ctx", *values) -> list:
     return out
 
 
+def moved(ctx: "Ctx", x, move):
+    """``move(x, **named)``: a MIL op that only moves x's values (gathers, scatters) but takes no bool, named as the
+    node's output; a bool ``x`` goes through it as int32 0/1 and back, which is exact."""
+    if np_dtype(x) != np.bool_:
+        return move(narrow(x) if isinstance(x, np.ndarray) else x, name=ctx.name())
+    as_int = x.astype(np.int32) if isinstance(x, np.ndarray) else ctx.mb.cast(x=x, dtype="int32")
+    return ctx.mb.cast(x=move(as_int), dtype="bool", name=ctx.name())
+
+
+PIECE_BITS = 11  # int32 moved through float ops in pieces of 11 bits: every piece is exact in fp16 too
+
+
+def int32_piece(value: int, k: int | None) -> int:
+    """Piece ``k`` of int32 ``value`` as ``float_moved`` splits it: bits 0-10 and 11-21 (in [0, 2048)), then the
+    signed rest (in [-512, 512)); the value itself for k None (a float or bool ``x``)."""
+    if k is None:
+        return value
+    return value >> (PIECE_BITS * k) if k == 2 else (value >> (PIECE_BITS * k)) & ((1 << PIECE_BITS) - 1)
+
+
+def float_moved(ctx: "Ctx", x, move, named: bool = True):
+    """``move(v, k, **named)``: a MIL op that only moves values (pad, nearest upsample, depth_to_space) but takes
+    floats only, named as the node's output unless not ``named``. A float ``x`` goes as it is (k None); a bool one
+    as fp32 0/1; an int32 one as three pieces (``int32_piece``: k 0, 1, 2) moved each and joined again in int32.
+    Each piece is an integer below 2048 in magnitude, exact in fp32 and in fp16 (coremltools' fp16 compute casts
+    the fp32 ops), so every int32 comes back exactly; a cast of the whole value to fp32 would be exact only up to
+    2^24 (2^11 in fp16). Not for ops that compute on values (a max pool's max of pieces is not the pieces of a
+    max)."""
+    mb, dtype = ctx.mb, np_dtype(x)
+    name = {"name": ctx.name()} if named else {}
+    x = ctx.mb.const(val=narrow(x)) if isinstance(x, np.ndarray) else x
+    if dtype.kind == "f":
+        return move(x, None, **name)
+    if dtype == np.bool_:
+        return mb.cast(x=move(mb.cast(x=x, dtype="fp32"), None), dtype="bool", **name)
+    base, pieces, rest = np.int32(1 << PIECE_BITS), [], x
+    for _ in range(2):
+        high = mb.floor_div(x=rest, y=base)
+        pieces.append(mb.sub(x=rest, y=mb.mul(x=high, y=base)))
+        rest = high
+    moved_ = [mb.cast(x=move(mb.cast(x=v, dtype="fp32"), k), dtype="int32") for k, v in enumerate(pieces + [rest])]
+    return mb.add(x=mb.mul(x=mb.add(x=mb.mul(x=moved_[2], y=base), y=moved_[1]), y=base), y=moved_[0], **name)
+
+
 def _static(dims) -> bool:
     return all(isinstance(d, (int, np.integer)) for d in dims)
 
@@ -161,8 +207,11 @@ def _runtime_size(ctx: "Ctx", e):
                                      end=np.array([axis + 1], np.int32))
     if isinstance(e, (sympy.Add, sympy.Mul)):
         fn = ctx.mb.add if isinstance(e, sympy.Add) else ctx.mb.mul
-        if any(a.is_Number and not a.is_Integer for a in e.args):
-            ctx.refuse(f"the flexible size {e} is not an integer expression")
+        if any(a.is_Number and not a.is_Integer for a in e.args):  # a quotient MIL inferred (a reshape's -1)
+            num, den = sympy.fraction(sympy.together(e))
+            if not den.is_Integer:
+                ctx.refuse(f"the flexible size {e} is not an integer expression")
+            return ctx.mb.floor_div(x=_runtime_size(ctx, num), y=np.array([int(den)], np.int32))  # exact: a size
         acc = _runtime_size(ctx, e.args[0])
         for arg in e.args[1:]:
             acc = fn(x=acc, y=_runtime_size(ctx, arg))
@@ -171,6 +220,7 @@ def _runtime_size(ctx: "Ctx", e):
         num, den = sympy.fraction(sympy.together(e.args[0]))
         if den.is_Integer:
             return ctx.mb.floor_div(x=_runtime_size(ctx, num), y=np.array([int(den)], np.int32))
+        return ctx.mb.floor_div(x=_runtime_size(ctx, num), y=_runtime_size(ctx, den))  # sizes: positive integers
     ctx.refuse(f"the flexible size {e} is not lowered")
 
 
@@ -184,5 +234,5 @@ def _axes(ctx: Ctx, index: int, rank: int) -> list[int] | None:
 
 # the op families register themselves in OPS on import (they import this module's helpers)
 from onnxbridge.backends.coreml import (  # noqa: E402,F401
-    lower_loss, lower_math, lower_nn, lower_resize, lower_rnn, lower_shape, lower_spatial,
+    lower_loss, lower_math, lower_nn, lower_resize, lower_rnn, lower_select, lower_shape, lower_spatial,
 )

@@ -16,7 +16,10 @@ UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Ex
 
 @op(*UNARY)
 def unary(ctx: Ctx):
-    return getattr(ctx.mb, UNARY[ctx.node.op_type])(x=ctx.get(0), name=ctx.name())
+    x = ctx.get(0)
+    if ctx.node.op_type == "Relu" and not _is_float(x):  # MIL's relu takes floats: max(x, 0), exact for integers
+        return ctx.mb.maximum(x=x, y=_like(x, 0), name=ctx.name())
+    return getattr(ctx.mb, UNARY[ctx.node.op_type])(x=x, name=ctx.name())
 
 
 @op("Neg")

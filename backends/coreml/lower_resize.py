@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxbridge.backends.coreml.lower import MAX_TABLE, TARGETS, Ctx, _static, op, runtime_shape
+from onnxbridge.backends.coreml.lower import MAX_TABLE, TARGETS, Ctx, _static, float_moved, op, runtime_shape
 from onnxbridge.backends.coreml.lower_shape import _py_int
 
 
@@ -50,12 +50,14 @@ def resize(ctx: Ctx):
     native = _linear_op_fits(x, full, resized, by_size, coords) if mode == "linear" else \
         mode == "nearest" and _nearest_upsample_fits(x, full, by_size, coords, rounding)
     if any(not isinstance(x.shape[a], (int, np.integer)) for a in resized) and not native:
+        if by_size and mode != "nearest":  # a flexible image to a fixed size: tables read its size at run time
+            return _resize_to_runtime_sizes(ctx, x, full, mode, coords)
         ctx.refuse(f"resizing the flexible dims of {list(x.shape)} needs their sizes at build time ({mode} mode)")
     if mode == "linear" and native:
         return _resize_linear(ctx, x, full, by_size, coords)
-    if mode == "nearest" and native:
-        return ctx.mb.upsample_nearest_neighbor(x=x, scale_factor_height=full[-2], scale_factor_width=full[-1],
-                                                name=ctx.name())
+    if mode == "nearest" and native:  # integers and bools through the float-only op exactly (``float_moved``)
+        return float_moved(ctx, x, lambda v, k, **named: ctx.mb.upsample_nearest_neighbor(
+            x=v, scale_factor_height=full[-2], scale_factor_width=full[-1], **named))
     y = x
     for a in resized:
         n = int(x.shape[a])

@@ -3,20 +3,30 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxbridge.backends.coreml.lower import Ctx, INT32, _axes, _static, narrow, np_dtype, op, runtime_shape, same_dtype
+from onnxbridge.backends.coreml.lower import (
+    INT32, Ctx, _axes, _static, float_moved, int32_piece, moved, narrow, np_dtype, op, runtime_shape, same_dtype,
+)
 
 
 @op("Flatten")
 def flatten(ctx: Ctx):
+    """[prod(dims before axis), prod(dims from axis)]; ``axis`` may be the rank (then [size, 1]). With flexible
+    dims on both sides, the leading product is computed at run time."""
     x = ctx.get(0)
-    axis = ctx.attr("axis", 1) % max(x.rank, 1)
+    rank = len(x.shape)
+    axis = ctx.attr("axis", 1)
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis <= rank:
+        ctx.refuse(f"axis {ctx.attr('axis', 1)} is outside [-{rank}, {rank}]")
     if _static(x.shape[:axis]):
-        shape = [int(np.prod(x.shape[:axis])) if axis else 1, -1]
+        shape = np.array([int(np.prod(x.shape[:axis], dtype=np.int64)), -1], np.int32)
     elif _static(x.shape[axis:]):
-        shape = [-1, int(np.prod(x.shape[axis:]))]
+        shape = np.array([-1, int(np.prod(x.shape[axis:], dtype=np.int64))], np.int32)
     else:
-        ctx.refuse(f"flattening shape {list(x.shape)} needs the dims on one side of axis {axis} to be static")
-    return ctx.mb.reshape(x=x, shape=np.array(shape, np.int32), name=ctx.name())
+        lead = ctx.mb.slice_by_index(x=ctx.mb.shape(x=x), begin=np.array([0], np.int32), end=np.array([axis], np.int32))
+        shape = ctx.mb.concat(values=[ctx.mb.reduce_prod(x=lead, axes=[0], keep_dims=True), np.array([-1], np.int32)],
+                              axis=0)
+    return ctx.mb.reshape(x=x, shape=shape, name=ctx.name())
 
 
 @op("Reshape")
@@ -29,12 +39,24 @@ def reshape(ctx: Ctx):
         ctx.refuse("allowzero=1 with a 0 in the shape has no Core ML equivalent")
     dims = [x.shape[i] if _py_int(d) == 0 else _py_int(d) for i, d in enumerate(shape)]  # ONNX 0: copy that dim
     unknown = [i for i, d in enumerate(dims) if not isinstance(d, int)]
+    if -1 in dims and unknown:  # the -1 worked out from x's sizes: static where the flexible sizes cancel
+        dims[dims.index(-1)] = _left_over(x.shape, dims)
+        unknown = [i for i, d in enumerate(dims) if not isinstance(d, int)]
     if not unknown:
         return ctx.mb.reshape(x=x, shape=np.array(dims, np.int32), name=ctx.name())
     if len(unknown) == 1 and -1 not in dims:  # one flexible size: let reshape infer it
         dims[unknown[0]] = -1
         return ctx.mb.reshape(x=x, shape=np.array(dims, np.int32), name=ctx.name())
     return ctx.mb.reshape(x=x, shape=runtime_shape(ctx, np.array(dims, dtype=object)), name=ctx.name())
+
+
+def _left_over(sizes, dims: list) -> int:
+    """What a -1 in ``dims`` stands for when reshaping sizes ``sizes`` (ints and MIL symbols): an int when the
+    symbols cancel, else -1 (left to the reshape)."""
+    import sympy
+
+    left = sympy.simplify(sympy.Mul(*sizes) / sympy.Mul(*[d for d in dims if d != -1]))
+    return int(left) if left.is_Integer and left > 0 else -1
 
 
 def _reshape_at_run_time(ctx: Ctx, x, shape):
@@ -104,10 +126,8 @@ def unsqueeze(ctx: Ctx):
 def gather(ctx: Ctx):
     x = ctx.get(0)
     axis = ctx.attr("axis", 0) % len(x.shape)
-    indices = _nonnegative(ctx, x, ctx.get(1), axis)
-    if isinstance(x, np.ndarray):  # a constant table (embeddings) looked up at run time
-        x = narrow(x)
-    return ctx.mb.gather(x=x, indices=indices, axis=axis, name=ctx.name())
+    indices = _nonnegative(ctx, x, ctx.get(1), axis)  # x may be a constant table (embeddings) or bool (masks)
+    return moved(ctx, x, lambda v, **named: ctx.mb.gather(x=v, indices=indices, axis=axis, **named))
 
 
 def _nonnegative(ctx: Ctx, x, indices, axis: int):
@@ -141,13 +161,13 @@ def gather_nd(ctx: Ctx):
         if (indices < 0).any() and not _static(dims):
             ctx.refuse("negative indices into flexible dims are not lowered")
         sizes = np.array([int(d) if isinstance(d, (int, np.integer)) else 0 for d in dims], np.int64)
-        return ctx.mb.gather_nd(x=x, indices=narrow(np.where(indices < 0, indices + sizes, indices)),
-                                name=ctx.name())
+        fixed = narrow(np.where(indices < 0, indices + sizes, indices))
+        return moved(ctx, x, lambda v, **named: ctx.mb.gather_nd(x=v, indices=fixed, **named))
     indices = indices if np_dtype(indices) == np.int32 else ctx.mb.cast(x=indices, dtype="int32")
     sizes = np.array(dims, np.int32) if _static(dims) else ctx.mb.slice_by_index(
         x=ctx.mb.shape(x=x), begin=np.array([0], np.int32), end=np.array([depth], np.int32))
     fixed = ctx.mb.select(cond=ctx.mb.less(x=indices, y=np.int32(0)), a=ctx.mb.add(x=indices, y=sizes), b=indices)
-    return ctx.mb.gather_nd(x=x, indices=fixed, name=ctx.name())
+    return moved(ctx, x, lambda v, **named: ctx.mb.gather_nd(x=v, indices=fixed, **named))
 
 
 @op("Slice")
@@ -325,24 +345,12 @@ def _padded(ctx: Ctx, x, pad, mode: str, value):
 
 
 def _pad_op(ctx: Ctx, x, pad, mode: str, fill):
-    """MIL's pad, which takes floats only: bools through fp32; int32 as three 11-bit pieces (exact also in fp16
-    compute), padded each and joined again."""
-    dtype, mb = np_dtype(x), ctx.mb
-    if dtype.kind == "f":
-        return mb.pad(x=x, pad=pad, mode=mode, constant_val=dtype.type(fill))
-    if dtype == np.bool_:
-        y = mb.pad(x=mb.cast(x=x, dtype="fp32"), pad=pad, mode=mode, constant_val=np.float32(bool(fill)))
-        return mb.cast(x=y, dtype="bool")
-    fill, base = int(np.clip(int(fill), INT32.min, INT32.max)), np.int32(1 << 11)
-    pieces, rest = [], x
-    for _ in range(2):  # the two low pieces in [0, 2048); what is left is in [-512, 512)
-        high = mb.floor_div(x=rest, y=base)
-        pieces.append(mb.sub(x=rest, y=mb.mul(x=high, y=base)))
-        rest = high
-    fills = [fill & 2047, (fill >> 11) & 2047, fill >> 22]
-    padded = [mb.cast(x=mb.pad(x=mb.cast(x=v, dtype="fp32"), pad=pad, mode=mode, constant_val=np.float32(f)),
-                      dtype="int32") for v, f in zip(pieces + [rest], fills)]
-    return mb.add(x=mb.mul(x=mb.add(x=mb.mul(x=padded[2], y=base), y=padded[1]), y=base), y=padded[0])
+    """MIL's pad, which takes floats only: bools and int32 through ``float_moved`` (exact), the fill split alike."""
+    if np_dtype(x).kind in "iu":
+        fill = int(np.clip(int(fill), INT32.min, INT32.max))
+    return float_moved(ctx, x, lambda v, k, **named: ctx.mb.pad(
+        x=v, pad=pad, mode=mode, constant_val=np.float32(int32_piece(fill, k)) if k is not None else
+        np_dtype(v).type(fill), **named), named=False)
 
 
 def _pad_at_run_time(ctx: Ctx, x, pads, axes: list[int], mode: str, value):
@@ -374,6 +382,8 @@ def split(ctx: Ctx):
         ctx.const(1, "split") if len(ctx.node.input) > 1 and ctx.node.input[1] else None)
     count = ctx.attr("num_outputs") or len(ctx.node.output)
     n = x.shape[axis]
+    if count == 1:  # MIL's split gives one var, not a list, for one part
+        return ctx.mb.identity(x=x, name=ctx.name())
     if sizes is None and isinstance(n, (int, np.integer)):
         part = -(-int(n) // count)
         sizes = [part] * (count - 1) + [int(n) - part * (count - 1)]
@@ -463,7 +473,7 @@ def gather_elements(ctx: Ctx):
     if any(ends):
         x = ctx.mb.slice_by_index(x=x, begin=np.zeros(len(ends), np.int32), end=np.array(ends, np.int32),
                                   end_mask=[e == 0 for e in ends])
-    return ctx.mb.gather_along_axis(x=x, indices=indices, axis=axis, name=ctx.name())
+    return moved(ctx, x, lambda v, **named: ctx.mb.gather_along_axis(x=v, indices=indices, axis=axis, **named))
 
 
 @op("Trilu")

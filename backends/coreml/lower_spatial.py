@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxbridge.backends.coreml.lower import MAX_TABLE, Ctx, _static, narrow, np_dtype, op, same_dtype
+from onnxbridge.backends.coreml.lower import (
+    MAX_TABLE, Ctx, _static, float_moved, moved, narrow, np_dtype, op, same_dtype,
+)
 from onnxbridge.backends.coreml.lower_nn import _mil_pads, _pad_type
 from onnxbridge.backends.coreml.lower_shape import _nonnegative
 
@@ -160,11 +162,13 @@ def _scatter_mode(ctx: Ctx) -> str:
 
 
 def _scatter_values(ctx: Ctx):
-    """data and updates in one MIL scatter dtype (fp32, fp16 or int32)."""
-    data, updates = same_dtype(ctx, ctx.get(0), ctx.get(2))
-    if np_dtype(data) == np.bool_:
-        ctx.refuse("scatters of booleans have no Core ML equivalent (MIL scatters take numbers)")
-    return data, updates
+    """data and updates in one dtype; MIL scatters take fp32, fp16 or int32, so ``_scattered`` moves bools."""
+    return same_dtype(ctx, ctx.get(0), ctx.get(2))
+
+
+def _scattered(ctx: Ctx, scatter, data, updates):
+    """``scatter(data=, updates=, **named)`` as the node's output; bools as int32 0/1 and back (exact)."""
+    return moved(ctx, data, lambda v, **named: scatter(data=v, updates=same_dtype(ctx, v, updates)[1], **named))
 
 
 @op("ScatterElements", "Scatter")
@@ -178,13 +182,13 @@ def scatter_elements(ctx: Ctx):
     mode = _scatter_mode(ctx)
     pairs = [(d, i) for a, (d, i) in enumerate(zip(data.shape, indices.shape)) if a != axis]
     if all(_static([d, i]) and d == i for d, i in pairs):
-        return ctx.mb.scatter_along_axis(data=data, indices=indices, updates=updates, axis=axis, mode=mode,
-                                         name=ctx.name())
+        return _scattered(ctx, lambda **kw: ctx.mb.scatter_along_axis(indices=indices, axis=axis, mode=mode, **kw),
+                          data, updates)
     if not _static(indices.shape):
         ctx.refuse(f"flexible indices of shape {list(indices.shape)} smaller than data {list(data.shape)} off the "
                    "axis are not lowered")
-    return ctx.mb.scatter_nd(data=data, indices=_coordinates(ctx, indices, axis), updates=updates, mode=mode,
-                             name=ctx.name())
+    coordinates = _coordinates(ctx, indices, axis)
+    return _scattered(ctx, lambda **kw: ctx.mb.scatter_nd(indices=coordinates, mode=mode, **kw), data, updates)
 
 
 def _coordinates(ctx: Ctx, indices, axis: int):
@@ -201,30 +205,31 @@ def _coordinates(ctx: Ctx, indices, axis: int):
 
 @op("ScatterND")
 def scatter_nd(ctx: Ctx):
-    """MIL's scatter_nd; negative indices made non-negative per indexed dim, as GatherND's are."""
+    """MIL's scatter_nd; negative indices made non-negative per indexed dim, as GatherND's are (by the run-time
+    sizes of flexible dims)."""
     data, updates = _scatter_values(ctx)
     indices = ctx.get(1)
     depth = indices.shape[-1]
     if not isinstance(depth, (int, np.integer)) or depth > len(data.shape):
         ctx.refuse(f"indices of shape {list(indices.shape)} into data of shape {list(data.shape)} are not lowered")
     dims = list(data.shape[:depth])
-    if not _static(dims):
-        ctx.refuse("scattering into flexible dims is not lowered")
-    sizes = np.array(dims, np.int32)
-    if isinstance(indices, np.ndarray):
-        indices = narrow(np.where(indices < 0, indices + sizes, indices))
+    sizes = np.array(dims, np.int32) if _static(dims) else ctx.mb.slice_by_index(
+        x=ctx.mb.shape(x=data), begin=np.array([0], np.int32), end=np.array([depth], np.int32))
+    if isinstance(indices, np.ndarray) and (isinstance(sizes, np.ndarray) or not (indices < 0).any()):
+        indices = narrow(np.where(indices < 0, indices + sizes, indices) if isinstance(sizes, np.ndarray) else indices)
     else:
         indices = _int32(ctx, indices)
         indices = ctx.mb.select(cond=ctx.mb.less(x=indices, y=np.int32(0)), a=ctx.mb.add(x=indices, y=sizes),
                                 b=indices)
-    return ctx.mb.scatter_nd(data=data, indices=indices, updates=updates, mode=_scatter_mode(ctx), name=ctx.name())
+    mode = _scatter_mode(ctx)
+    return _scattered(ctx, lambda **kw: ctx.mb.scatter_nd(indices=indices, mode=mode, **kw), data, updates)
 
 
 def _block(ctx: Ctx, x) -> int:
-    """The block size, refused when x is not an image batch (rank 4) of floats."""
+    """The block size, refused when x is not an image batch (rank 4); integers and bools move through the MIL
+    ops (floats only) by ``float_moved``, exactly."""
     if len(x.shape) != 4:
         ctx.refuse(f"rank {len(x.shape)}: Core ML rearranges image batches (rank 4) only")
-    _float_input(ctx, x, ctx.node.op_type)
     return _sizes(ctx, [int(ctx.attr("blocksize"))], "blocksize")[0]
 
 
@@ -237,8 +242,8 @@ def depth_to_space(ctx: Ctx):
     if b == 1:
         return ctx.mb.identity(x=x, name=ctx.name())
     if ctx.attr("mode", "DCR") == "CRD":
-        return ctx.mb.pixel_shuffle(x=x, upscale_factor=np.int32(b), name=ctx.name())
-    return ctx.mb.depth_to_space(x=x, block_size=np.int32(b), name=ctx.name())
+        return float_moved(ctx, x, lambda v, k, **named: ctx.mb.pixel_shuffle(x=v, upscale_factor=np.int32(b), **named))
+    return float_moved(ctx, x, lambda v, k, **named: ctx.mb.depth_to_space(x=v, block_size=np.int32(b), **named))
 
 
 @op("SpaceToDepth")
@@ -247,7 +252,7 @@ def space_to_depth(ctx: Ctx):
     b = _block(ctx, x)
     if b == 1:
         return ctx.mb.identity(x=x, name=ctx.name())
-    return ctx.mb.space_to_depth(x=x, block_size=np.int32(b), name=ctx.name())
+    return float_moved(ctx, x, lambda v, k, **named: ctx.mb.space_to_depth(x=v, block_size=np.int32(b), **named))
 
 
 @op("LpPool")

@@ -209,6 +209,10 @@ def _lower_node(ctx: Ctx, node: "onnx.NodeProto", target: str) -> None:
             if not isinstance(value, np.ndarray) and value.rank > MAX_RANK:
                 ctx.refuse(f"output '{name}' has rank {value.rank}; Core ML allows rank <= {MAX_RANK}")
             ctx.values[name] = value
+            if not isinstance(value, np.ndarray):  # sizes MIL derived (a conv's output): readable at run time
+                for axis, d in enumerate(value.shape):
+                    if not isinstance(d, (int, np.integer)):
+                        ctx.symbols.setdefault(d, (value, axis))
 
 
 def rejection(exc: Exception, target: str) -> str:

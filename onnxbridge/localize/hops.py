@@ -39,16 +39,16 @@ def wanted(mode: str, hop: "Hop") -> bool:
 
 
 def tolerance_of(hop: "Hop | dict") -> "Tolerance":
-    """The elementwise tolerance localization holds the hop's tensors to: the hop's ``atol``/``rtol`` (after its
-    runner raised them, e.g. the simulator's fp16; kept beside any rule's own budget) where it records them, else
-    its precision's defaults (``onnxbridge.compare.TOLERANCES``; fp32 for a precision it does not know).
-    Localization compares tensors elementwise whatever rule judged the hop's outputs. ``hop``: a Hop, or its record
-    in a report."""
+    """The tolerance localization holds the hop's tensors to: the hop's ``atol``/``rtol`` (after its runner raised
+    them, e.g. the simulator's fp16; kept beside any rule's own budget) where it records them, else its precision's
+    defaults (``onnxbridge.compare.TOLERANCES``; fp32 for a precision it does not know), and the hop's rule with its
+    ``factor``: a hop judged against the fp16 emulation has its tensors judged against the emulation's tensors
+    (``onnxbridge.localize.tolerance``), any other elementwise. ``hop``: a Hop, or its record in a report."""
     import dataclasses
 
     from onnxbridge.compare import TOLERANCES
     from onnxbridge.records import Hop
-    from onnxbridge.validation import Tolerance
+    from onnxbridge.validation import FP16_FACTOR, Tolerance
 
     t = (hop.tolerance if isinstance(hop, Hop) else hop.get("tolerance")) or {}
     precision = t.get("precision") if t.get("precision") in TOLERANCES else "fp32"
@@ -58,6 +58,8 @@ def tolerance_of(hop: "Hop | dict") -> "Tolerance":
     per = tuple((n, v.get("atol"), v.get("rtol")) for n, v in (t.get("per_output") or {}).items()
                 if isinstance(v, dict))
     given = {"atol": atol, "rtol": rtol, "precision": precision, "per_output": per, "reason": t.get("reason")}
+    if t.get("rule"):  # only "fp16-emulation" changes how tensors are judged here; the others are elementwise
+        given.update(rule=str(t["rule"]), factor=float(t.get("factor") or FP16_FACTOR))
     known = {f.name for f in dataclasses.fields(Tolerance)}
     return Tolerance(**{k: v for k, v in given.items() if k in known})
 
@@ -121,7 +123,7 @@ def source_to_onnx(src: "SourceModel", onnx_path: Path, samples: "Sequence[Sampl
     file. ``mapped_on``: the exporter's model, before the opset adapters renamed tensors (the frontend maps its
     names onto that one)."""
     from onnxbridge.localize.bisect import localize
-    from onnxbridge.localize.onnx_probe import OnnxProbe, match_tensors
+    from onnxbridge.localize.onnx_probe import OnnxProbe, emulation_probe, match_tensors
     from onnxbridge.onnxio import load_onnx
 
     exported = load_onnx(mapped_on or onnx_path)
@@ -132,10 +134,14 @@ def source_to_onnx(src: "SourceModel", onnx_path: Path, samples: "Sequence[Sampl
                 "method": "none"}
     rename = match_tensors(exported, load_onnx(onnx_path)) if mapped_on is not None else None
     candidate = OnnxProbe(onnx_path, rename=rename)
+    # an ONNX source's prefix models have an fp16 emulation; a framework's hooks have none (elementwise there)
+    emulation = emulation_probe(sides.probe, tol) if isinstance(sides.probe, OnnxProbe) else None
     try:
-        return localize(sides.probe, candidate, sides.checkpoints, samples, tol, method=sides.method)
+        return localize(sides.probe, candidate, sides.checkpoints, samples, tol, method=sides.method,
+                        emulation=emulation)
     finally:
         _close(sides.probe)
+        _close(emulation)
         candidate.close()
 
 
@@ -151,21 +157,24 @@ def onnx_to_backend(backend: str, onnx_path: Path, artifact: Path, samples: "Seq
     """ONNX -> a backend's artifact: prefix models of the ONNX file against the backend's own probe (``probe`` of
     its module: MIL vars, IR outputs, simulator prefixes), which raises HopSkipped where it cannot run here."""
     from onnxbridge.localize.bisect import localize
-    from onnxbridge.localize.onnx_probe import OnnxProbe, onnx_checkpoints
+    from onnxbridge.localize.onnx_probe import OnnxProbe, emulation_probe, onnx_checkpoints
     from onnxbridge.plugins import BACKENDS
 
     module = BACKENDS.module(backend)
     if not hasattr(module, "probe"):
         return {"skipped": f"the {backend} backend offers no probe of its intermediates", "method": "none"}
     reference = OnnxProbe(onnx_path)
+    emulation = emulation_probe(reference, tol)
     try:
         sides = module.probe(Path(artifact), Path(onnx_path), onnx_checkpoints(reference.model))
         try:
-            return localize(reference, sides.probe, sides.checkpoints, samples, tol, method=sides.method)
+            return localize(reference, sides.probe, sides.checkpoints, samples, tol, method=sides.method,
+                            emulation=emulation)
         finally:
             _close(sides.probe)
     finally:
         reference.close()
+        _close(emulation)
 
 
 def _close(probe: Any) -> None:

@@ -309,20 +309,30 @@ class OnnxProbe:
 
     ``model``: a path (external data read from its folder, only what a prefix keeps) or a ModelProto. ``fp16``:
     run node by node with fp16 intermediates (default: when the model computes in fp16). ``rename``: the names the
-    caller asks by -> this model's tensor names (the reference graph's names for a candidate). Between calls it
-    keeps only the runner of the last prefix (the samples of one step share it).
+    caller asks by -> this model's tensor names (the reference graph's names for a candidate). ``emulate``: show
+    the fp16 emulation of this fp32 model instead (``emulation.of_fp32_graph``: every float value rounded to fp16
+    where it is made, under its own name), the yardstick of a hop judged by the fp16-emulation rule. ``base_dir``:
+    where a ModelProto's external data lives. Between calls it keeps only the runner of the last prefix (the
+    samples of one step share it).
     """
 
     def __init__(self, model: "str | Path | onnx.ModelProto", *, fp16: bool | None = None,
-                 rename: Mapping[str, str] | None = None):
+                 rename: Mapping[str, str] | None = None, emulate: bool = False, base_dir: Path | None = None,
+                 label: str | None = None):
         import onnxruntime as ort
 
         from onnxbridge.fp16eval import computes_in_fp16
 
         self.model, self.base_dir = _skeleton(model)
+        self.base_dir = self.base_dir or base_dir
+        label = label or (Path(model).name if isinstance(model, (str, Path)) else "the model")
+        if emulate:
+            from onnxbridge.emulation import of_fp32_graph
+
+            self.model, fp16 = of_fp32_graph(self.model), False
+            label = f"the fp16 emulation of {label}"
         self.fp16 = computes_in_fp16(self.model) if fp16 is None else fp16
         self.rename = dict(rename or {})
-        label = Path(model).name if isinstance(model, (str, Path)) else "the model"
         self.what = (f"onnxruntime {ort.__version__} CPU on prefix models of {label}"
                      + (", node by node with fp16 intermediates" if self.fp16 else ""))
         self.runs = 0
@@ -386,6 +396,16 @@ class OnnxProbe:
         self._runner, self._key = None, None
 
 
+def emulation_probe(reference: OnnxProbe, tol: "Tolerance") -> OnnxProbe | None:
+    """A probe of the fp16 emulation of the ``reference`` probe's model (asked by the same names), where ``tol``
+    (the hop's) judges against it (rule "fp16-emulation") and that model is an fp32 graph; else None (checkpoints
+    then take the elementwise tolerance)."""
+    if tol.rule != "fp16-emulation" or reference.fp16:
+        return None
+    return OnnxProbe(reference.model, emulate=True, base_dir=reference.base_dir, label="the reference graph",
+                     rename=reference.rename)
+
+
 def made_by(model: "onnx.ModelProto") -> dict[str, str]:
     """Tensor -> the name of the node that makes it."""
     return {o: _node_name(n, i) for i, n in enumerate(model.graph.node) for o in n.output if o}
@@ -398,6 +418,7 @@ def localize_onnx_pair(reference: "str | Path | onnx.ModelProto", candidate: "st
     from onnxbridge.localize.bisect import localize
 
     ref_probe, cand_probe = OnnxProbe(reference), OnnxProbe(candidate)
+    emulation = emulation_probe(ref_probe, tol)
     mapping = match_tensors(ref_probe.model, cand_probe.model)
     cand_probe.rename = mapping
     made_by_cand = made_by(cand_probe.model)
@@ -409,7 +430,10 @@ def localize_onnx_pair(reference: "str | Path | onnx.ModelProto", candidate: "st
               f"matched in the candidate ({by_name} by name, {len(checkpoints) - by_name} by graph position); "
               "source: the candidate's node")
     try:
-        return localize(ref_probe, cand_probe, checkpoints, samples, tol, method=method, budget_bytes=budget_bytes)
+        return localize(ref_probe, cand_probe, checkpoints, samples, tol, method=method, budget_bytes=budget_bytes,
+                        emulation=emulation)
     finally:
         ref_probe.close()
         cand_probe.close()
+        if emulation is not None:
+            emulation.close()

@@ -10,6 +10,13 @@ large terms that cancel), which ``rtol`` of the element cannot cover. So at a ch
 or bfloat16, the pair is held to at least the fp16 tolerance: that is the precision the tensor had. A hop's
 per-output overrides (``--atol logits:1e-3``) apply to checkpoints that are those outputs. Non-numeric and integer
 tensors compare exactly (``compare``); a shape or dtype-kind mismatch is a divergence.
+
+A hop judged by the fp16-emulation rule (``onnxbridge.validation``: the candidate computes in fp16) has its
+checkpoints judged the same way: where the search also has the fp16 emulation's tensor (``emulated``), a checkpoint
+passes when its max abs and relative RMS error are within the hop's ``factor`` times the emulation's at that tensor
+(at least ``FP16_FLOOR`` of its scale) and NaN/inf agree, whatever the elementwise figures say. The emulation carries
+the rounding error fp16 accumulates up to that tensor, so an error that only grew with it passes, and the first
+checkpoint out of budget is where the candidate's error jumps past what fp16 arithmetic explains.
 """
 from __future__ import annotations
 
@@ -46,12 +53,38 @@ def checkpoint_tolerance(tol: "Tolerance", name: str, ref: "np.ndarray", got: "n
     return atol * max(1.0, scale_of(ref)), rtol
 
 
-def compare_checkpoint(tol: "Tolerance", name: str, ref: "np.ndarray", got: "np.ndarray") -> dict:
-    """``compare()``'s metrics for one checkpoint on one sample, with the tolerance it was held to."""
+def compare_checkpoint(tol: "Tolerance", name: str, ref: "np.ndarray", got: "np.ndarray",
+                       emulated: "np.ndarray | None" = None) -> dict:
+    """``compare()``'s metrics for one checkpoint on one sample, with the tolerance it was held to; ``emulated``:
+    the fp16 emulation's tensor on the same sample, for a hop judged by the fp16-emulation rule (``budget`` and
+    ``over_budget`` then say what the checkpoint was held to; a reference with no finite non-zero value keeps the
+    elementwise verdict)."""
     import numpy as np
 
     ref, got = np.asarray(ref), np.asarray(got)
     atol, rtol = checkpoint_tolerance(tol, name, ref, got)
     metrics = compare(ref, got, atol=atol, rtol=rtol)
     metrics.pop("error_histogram", None)
-    return {**metrics, "atol": atol, "rtol": rtol}
+    metrics.update(atol=atol, rtol=rtol)
+    if emulated is not None and tol.rule == "fp16-emulation" and metrics.get("kind") == "numeric" \
+            and metrics["scale"] > 0:
+        e = compare(ref, np.asarray(emulated), atol=atol, rtol=rtol)
+        if e.get("kind") == "numeric":
+            within_emulation(metrics, e, tol.factor)
+    return metrics
+
+
+def within_emulation(m: dict, e: dict, factor: float) -> dict:
+    """The fp16-emulation rule on one checkpoint's metrics ``m`` (``e``: the emulation's against the same
+    reference): max abs and relative RMS within ``factor`` times the emulation's, NaN/inf where the reference has
+    them. Sets ``passed``, ``budget`` and ``over_budget`` (the larger ratio of error to budget: above 1 fails)."""
+    from onnxbridge.validation import FP16_FLOOR
+
+    b_max = factor * max(e["max_abs"], FP16_FLOOR * m["scale"])
+    b_rel = factor * max(e["rel_rms"] or 0.0, FP16_FLOOR)
+    over = max(m["max_abs"] / b_max, (m["rel_rms"] or 0.0) / b_rel)
+    m["budget"] = {"rule": "fp16-emulation", "factor": factor, "max_abs": b_max, "rel_rms": b_rel,
+                   "emulation": {"max_abs": e["max_abs"], "rel_rms": e["rel_rms"]}}
+    m["over_budget"] = over
+    m["passed"] = not (m.get("reason") or m.get("nan_mismatch")) and over <= 1.0
+    return m

@@ -68,11 +68,11 @@ def convert(source: Any, sample_inputs: Any = None, *, timeout: float | None = N
 @dataclass
 class _Conversion:
     """One ``convert`` run as its stages: load, export, finalize, optimize (``--optimize``), fp16 (``--precision
-    fp16`` to ONNX), write, build, validate, localize (``--localize``), report. Each stage is a method that reads
-    what the user asked in ``request`` (``onnxbridge.request``) and what ``plan`` derived from it here; ``_stage``
-    shows its progress line and times it (the report's ``timings``: ``load_s``, ``export_s``, ``build_s`` for
-    finalize, ``optimize_s``, ``write_s``, ``backend_s`` for build, ``validate_s``, ``localize_s``, and
-    ``total_s``; fp16 is not timed apart)."""
+    fp16`` to ONNX), write, split (``--split-tail``), build, validate, localize (``--localize``), report. Each stage
+    is a method that reads what the user asked in ``request`` (``onnxbridge.request``) and what ``plan`` derived from
+    it here; ``_stage`` shows its progress line and times it (the report's ``timings``: ``load_s``, ``export_s``,
+    ``build_s`` for finalize, ``optimize_s``, ``write_s``, ``split_s``, ``backend_s`` for build, ``validate_s``,
+    ``localize_s``, and ``total_s``; fp16 is not timed apart)."""
 
     source: Any
     sample_inputs: Any
@@ -94,6 +94,7 @@ class _Conversion:
     staged: Path | None = None  # where the artifact is built and validated before ``deliver`` places it at -o
     planned_notes: list = field(default_factory=list)  # notes decided by ``plan``, added to the report at load
     hops: list = field(default_factory=list)  # the Hops validated, in order (the report's ``hops``)
+    cut: dict | None = None  # --split-tail: the cut made (head, tail and whole model paths, facts); None: no cut
 
     @classmethod
     def plan(cls, source: Any, sample_inputs: Any, run: Any, options: dict) -> "_Conversion":
@@ -125,6 +126,10 @@ class _Conversion:
         if output is not None and not onnx_artifact and not str(output).endswith(tuple(backend.SUFFIXES)):
             raise BadInputError(f"a {to} output must end with {' or '.join(backend.SUFFIXES)}")
         check_target(to, backend, run.target)
+        if run.split_tail:
+            from onnxbridge.spine.splitting import refuse_split
+
+            refuse_split(to, backend)
         check_precision(to, backend, run.precision)
         check_opset_known(run.opset)
         spec = InputSpec.parse(run.input_shapes, run.dynamic)
@@ -133,6 +138,10 @@ class _Conversion:
         out_path = Path(output) if output is not None else None
         factory_file = source.rpartition(":")[0] if is_factory(source) else None
         beside = {f"-o's {p.name}": p for p in companion_files(backend, out_path)} if out_path is not None else {}
+        if run.split_tail and out_path is not None:
+            from onnxbridge.split import tail_path
+
+            beside[f"-o's tail {tail_path(out_path).name}"] = tail_path(out_path)
         arguments.check_paths({"the source model": source, "the source's factory file": factory_file,
                                "--inputs": run.inputs, "--calibration": calibration},
                               {"-o": output, **beside, "--report": run.report,
@@ -174,13 +183,16 @@ class _Conversion:
                 model, full = self.reduce_precision(model, base_dir, scratch)
                 dest = self.write(model, base_dir, scratch)
                 del model
+                whole = dest
+                if self.request.split_tail:
+                    dest = self.split(src, dest, scratch)
                 reference, built = self.build(src, dest, scratch)
                 if self.request.validate:
-                    self.check(src, reference, before, built, unoptimized, full)
+                    self.check(src, reference, before, built, unoptimized, full, whole)
                 if self.out_path is None:
                     from onnxbridge.onnxio import load_onnx
 
-                    in_memory = load_onnx(dest, load_external_data=True)
+                    in_memory = load_onnx(whole, load_external_data=True)
                 release_sessions()
                 self.rep["hops"] = [h.to_dict() for h in self.hops]
                 self.timings["total_s"] = time.perf_counter() - t0
@@ -230,8 +242,9 @@ class _Conversion:
     def deliver(self) -> None:
         """Put the validated artifact and its reports in place, so a path never holds a model its report does not
         describe: the old reports go first, then the artifact's files (external data and companions before the
-        file that names them), then the new reports. Run by the process holding the output's lock, never by the
-        worker, which only writes into the staging folder."""
+        file that names them; with --split-tail, the tail before the artifact, and a tail an earlier run left is
+        removed when this one made none), then the new reports. Run by the process holding the output's lock, never
+        by the worker, which only writes into the staging folder."""
         from onnxbridge.atomic import place
         from onnxbridge.onnxio import place_onnx
         from onnxbridge.pathchecks import writing
@@ -242,6 +255,8 @@ class _Conversion:
                 if old is not None and Path(old).is_file():
                     with writing(old):
                         Path(old).unlink()
+            if self.request.split_tail:
+                self._place_tail()
             if getattr(self.backend, "ONNX_ARTIFACT", False):
                 place_onnx(self.staged, self.out_path, self.rep["artifact"]["external_data"])
             else:
@@ -250,6 +265,21 @@ class _Conversion:
                         place(companion, self.out_path.parent / companion.name)
                 place(self.staged, self.out_path)
         write_reports(self.rep, self.request.report, self.request.renderers)
+
+    def _place_tail(self) -> None:
+        """The tail at ``-o``'s tail path (``split.tail_path``), or, where this run made none, no file there."""
+        from onnxbridge.onnxio import place_onnx
+        from onnxbridge.pathchecks import writing
+        from onnxbridge.split import tail_path
+
+        out = tail_path(self.out_path)
+        if self.cut:
+            place_onnx(self.cut["tail"], out, self.cut["files"])
+            return
+        for old in (out, out.with_name(out.name + ".data")):
+            if old.is_file():
+                with writing(old):
+                    old.unlink()
 
     def load(self) -> "SourceModel":
         """Load the source with its frontend; every name the user gave is checked against what it loaded."""
@@ -358,19 +388,48 @@ class _Conversion:
             self.rep["artifact"]["optimization"] = self.optimization
         return dest
 
+    def _context(self, src: "SourceModel", scratch: Path):
+        """The ``BuildContext`` the backend's build (and, with --split-tail, its check) gets."""
+        from onnxbridge.plugins import BuildContext
+        from onnxbridge.worker import RelayedProgress
+
+        return BuildContext(target=self.request.target, inputs=self.spec.with_dynamic(src.dynamic),
+                            sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
+                            calibration=load_npz(self.calibration) if self.calibration is not None else None,
+                            workdir=scratch, progress=RelayedProgress(self.steps.enabled))
+
+    def split(self, src: "SourceModel", dest: Path, scratch: Path) -> Path:
+        """``--split-tail``: the backend's own check on the written ONNX model; where it refuses nodes, the model is
+        cut before them (``spine.splitting.find_cut``): the head, in scratch, is what the backend builds (returned),
+        the tail is staged beside the artifact for ``deliver``. Where the backend takes it all, ``dest`` as it was."""
+        from onnxbridge.split import tail_path
+        from onnxbridge.spine.splitting import check_context, find_cut, split_note, split_report
+
+        head, tail = scratch / "head.onnx", self.staged.parent / tail_path(self.out_path).name
+        with self._stage("split", f"Finding what {self.to} cannot take"):
+            context = check_context(self.backend, self._context(src, scratch), dest)
+            facts = find_cut(self.to, context, dest, head, tail)
+        out = tail_path(self.out_path)
+        if facts is None:
+            self.rep["split"] = split_report(self.to, None, out, 0)
+            self.rep["notes"].append(f"--split-tail: {self.to} takes the whole model; no tail written")
+            return dest
+        self.cut = {"whole": dest, "head": head, "tail": tail, "files": facts["tail_files"]}
+        size = sum(size_on_disk(f) for f in [tail, *(tail.parent / n for n in facts["tail_files"])])
+        self.rep["split"] = split_report(self.to, facts, out, size)
+        self.rep["notes"].append(split_note(self.to, facts))
+        return head
+
     def build(self, src: "SourceModel", dest: Path, scratch: Path):
         """The backend's build from the written ONNX model, in the worker. Returns the ONNX model the hops use as
         their reference (the artifact itself where the build placed that graph) and the BuildResult (None when
         nothing was built: no output path)."""
-        from onnxbridge.plugins import BuildContext, BuildResult
-        from onnxbridge.worker import RelayedProgress, call
+        from onnxbridge.plugins import BuildResult
+        from onnxbridge.worker import call
 
         if self.out_path is None:
             return dest, None
-        context = BuildContext(target=self.request.target, inputs=self.spec.with_dynamic(src.dynamic),
-                               sample_shapes={k: tuple(v.shape) for k, v in src.sample.feeds.items()},
-                               calibration=load_npz(self.calibration) if self.calibration is not None else None,
-                               workdir=scratch, progress=RelayedProgress(self.steps.enabled))
+        context = self._context(src, scratch)
         files = [self.staged, *companion_files(self.backend, self.staged)]
         with self._stage("backend", f"Building the {self.to} model"):
             built = call(f"{self.backend.__name__}:build", (dest, self.staged),
@@ -395,18 +454,20 @@ class _Conversion:
         return (self.staged if built.same_graph else dest), built
 
     def check(self, src: "SourceModel", reference: Path, before, built, unoptimized: Path | None = None,
-              full: Path | None = None) -> None:
+              full: Path | None = None, whole: Path | None = None) -> None:
         """The hops: source -> the ONNX model (in fp32: the graph before fp16 where ``full`` kept it); the
         adapters' (when they ran: the exporter's model against theirs); the optimizer's (with --optimize: the graph
         before it against the optimized one); the fp16 model's against that fp32 graph (``full``); and the
         backend's (unless its artifact is the ONNX model the first hop ran). The later hops tell which step made a
-        difference the first hop found; each is judged by what its candidate computes."""
+        difference the first hop found; each is judged by what its candidate computes. With a --split-tail cut, the
+        first hop checks the ``whole`` model, the backend's the head (``reference``), and one more the artifact and
+        the tail as one pipeline against the source."""
         from onnxbridge import runtime
         from onnxbridge.localize import hops as localizing
         from onnxbridge.records import HopKind
         from onnxbridge.validation import validate_hop
 
-        graph = full or reference  # the fp32 graph the first hop checks
+        graph = full or (whole if self.cut else reference)  # the fp32 graph the first hop checks
         opset = self.rep["artifact"]["opset"]
         count = self.request.samples
         if self.request.inputs is None and count < 2 and not src.dynamic and \
@@ -438,7 +499,13 @@ class _Conversion:
                     used, onnx_runner.output_names, self.tol, self.request.latency_runs, source=source,
                     emulation=fp16_emulation(full), computes=self.request.precision))
                 del written
-            if built is not None and not built.same_graph:
+            if built is not None and not built.same_graph and self.cut:
+                from onnxbridge.spine.splitting import split_hops
+
+                self.hops += split_hops(src, self.to, self.staged, built.runner, self.cut["head"], self.cut["tail"],
+                                        onnx_runner.output_names, used, self.tol, source, self.request.latency_runs,
+                                        self.request.precision)
+            elif built is not None and not built.same_graph:
                 self.hops.append(backend_hop(self.to, onnx_runner, reference, self.staged, used, self.tol, built.runner,
                                              source, self.request.latency_runs, self.request.precision))
             del onnx_runner
@@ -450,6 +517,8 @@ class _Conversion:
         with self._stage("localize", "Localizing"):
             mapped_on = before[0] if before is not None else None
             for h in self.hops:
+                if h.kind is HopKind.PIPELINE:  # its backend hop localizes the head; the tail is onnxruntime's
+                    continue
                 tol = localizing.tolerance_of(h)
                 if h.kind is HopKind.SOURCE:
                     make = lambda h=h, tol=tol: localizing.source_to_onnx(  # noqa: E731

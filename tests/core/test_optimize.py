@@ -199,6 +199,24 @@ def test_big_external_weights_are_never_read(tmp_path):
     assert [n.op_type for n in optimized.graph.node] == ["MatMul"] and record["removed"] == {"Identity": 1}
 
 
+def test_rewrites_of_one_tensor_keep_each_their_own_initializer():
+    """Two Flattens of one tensor (BART's padding mask, flattened by its encoder and its decoder): onnxscript turns
+    each into a Reshape whose shape initializer is named after the input, and its rewriter then drops the first of
+    the two same-named initializers from the graph. Each Reshape keeps its own shape here, in a valid graph."""
+    nodes = [helper.make_node("Flatten", ["x"], ["f1"], axis=1), helper.make_node("Flatten", ["x"], ["f2"], axis=2),
+             helper.make_node("Neg", ["f1"], ["y1"]), helper.make_node("Neg", ["f2"], ["y2"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [2, 12]),
+                               helper.make_tensor_value_info("y2", TensorProto.FLOAT, [6, 4])])
+    raw = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    optimized, record = optimize_model(raw)
+    onnx.checker.check_model(optimized, full_check=True)
+    assert record["removed"] == {"Flatten": 2} and record["added"] == {"Reshape": 2}
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    for got, want in zip(_run(optimized, {"x": x}), _run(raw, {"x": x})):
+        np.testing.assert_array_equal(got, want)
+
+
 # --optimize in convert: its own hop, the record in the report -----------------------------------------------------
 @pytest.mark.parametrize("name", ["cnn", "lstm", "transformer"])
 @pytest.mark.fast_cases("lstm")

@@ -1,12 +1,14 @@
 """QNN rules for normalizations and reductions the QNN execution provider does not take: LayerNormalization,
-BatchNormalization with run-time parameters, ReduceL1/SumSquare/LogSum."""
+BatchNormalization with run-time parameters, ReduceL1/SumSquare/LogSum; and the constant scale of an RMS
+normalization put second (the HTP's graph preparation fails on it first)."""
 from __future__ import annotations
 
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, helper
 
 from onnxbridge.legalize import Graph, Match, Rule
-from onnxbridge.legalize.common import FLOATS, Nodes, base_name, float_attr, float_input, int_attr, is_used, single
+from onnxbridge.legalize.common import (FLOATS, Nodes, base_name, float_attr, float_input, int_attr, is_used,
+                                        scalar_equals, single)
 
 
 def layernorm_condition(graph: Graph, match: Match) -> bool:
@@ -110,11 +112,57 @@ def sum_reduction_replacement(graph: Graph, match: Match) -> list:
     return e.nodes
 
 
+def _rms_normalized(graph: Graph, name: str) -> bool:
+    """Whether ``name`` is x * r (either order), r = Reciprocal(Sqrt(m)) or Reciprocal(Sqrt(m + eps)), m a
+    ReduceMean of Pow(x, 2): the root-mean-square normalization the HTP fuses."""
+    node = graph.produced_by(name, "Mul", single_use=False)
+    if node is None:
+        return False
+    for x, r in (node.input, node.input[::-1]):
+        recip = graph.produced_by(r, "Reciprocal", single_use=False)
+        sqrt = recip and graph.produced_by(recip.input[0], "Sqrt", single_use=False)
+        mean = sqrt and graph.producer.get(sqrt.input[0])
+        if mean is not None and mean.op_type == "Add" and len(mean.input) == 2:
+            mean = next((graph.producer.get(i) for i in mean.input if graph.value(i) is None), None)
+        if mean is None or mean.op_type != "ReduceMean" or mean.domain not in ("", "ai.onnx"):
+            continue
+        power = graph.produced_by(mean.input[0], "Pow", single_use=False)
+        if power is not None and power.input[0] == x and scalar_equals(graph, power.input[1], 2.0):
+            return True
+    return False
+
+
+def rms_scale_pattern(graph: Graph, node) -> Match | None:
+    """Mul(s, y): a constant scale s first, y an RMS normalization (``_rms_normalized``)."""
+    if node.op_type != "Mul" or node.domain not in ("", "ai.onnx") or len(node.input) != 2:
+        return None
+    s, y = node.input
+    if not _rms_normalized(graph, y) or graph.value(s) is None:
+        return None
+    return Match([node], {"in0": s, "in1": y}, list(node.output))
+
+
+def rms_scale_condition(graph: Graph, match: Match) -> bool:
+    """Always: onnxruntime-qnn 2.7's HTP fails to finalize the graph (QNN_COMMON_ERROR_MEM_ALLOC, measured on
+    Llama, Qwen2 and Mistral's RMSNorm, weight * normalized) and takes the same Mul with the scale second."""
+    return True
+
+
+def rms_scale_replacement(graph: Graph, match: Match) -> list:
+    """Mul(y, s): the same product (multiplication commutes exactly)."""
+    node = match.nodes[0]
+    return [helper.make_node("Mul", [match.inputs["in1"], match.inputs["in0"]], list(node.output),
+                             name=graph.fresh(base_name(match, "rms_scale")))]
+
+
 LAYERNORM = Rule("layernorm-to-reductions", single("LayerNormalization"), layernorm_condition, layernorm_replacement)
 
 
 BATCHNORM = Rule("batchnorm-to-arithmetic", single("BatchNormalization"), batchnorm_condition,
                  batchnorm_replacement)
+
+
+RMS_SCALE = Rule("rms-scale-operand-second", rms_scale_pattern, rms_scale_condition, rms_scale_replacement)
 
 
 SUM_REDUCTION = Rule("reduction-to-reducesum", sum_reduction_pattern, sum_reduction_condition,

@@ -8,7 +8,8 @@ from onnxbridge.backends.dlc.legalize.elementwise import (CELU, GELU, HARDSWISH,
                                                           SOFTPLUS, SOFTSIGN, TRIG, XOR)
 from onnxbridge.backends.dlc.legalize.indexing import (ARGMAX_LAST, ARGMIN_LAST, CUMSUM, GATHER_ELEMENTS, HARDMAX,
                                                        SCATTER_ELEMENTS, TRILU)
-from onnxbridge.backends.dlc.legalize.normalization import BATCHNORM, LAYERNORM, SUM_REDUCTION
+from onnxbridge.backends.dlc.legalize.normalization import BATCHNORM, LAYERNORM, RMS_SCALE, SUM_REDUCTION
+from onnxbridge.backends.dlc.legalize.padding import END_PAD
 from onnxbridge.backends.dlc.legalize.pooling import AVGPOOL, CONVTRANSPOSE, LPPOOL
 from onnxbridge.legalize.rank import max_rank_rule
 
@@ -18,5 +19,5 @@ RANK6_TRANSPOSE = max_rank_rule(MAX_RANK)
 REFOLD = frozenset({SHAPE.name, SIZE.name})
 QNN_RULES = (SHAPE, SIZE, GELU, ISNAN, TRILU, CUMSUM, IDENTITY, LAYERNORM, BATCHNORM, DROPOUT, ONE_INPUT, CLIP, GEMM,
              SELU, CELU, SOFTSIGN, SOFTPLUS, MISH, SHRINK, HARDSWISH, TRIG, ARGMAX_LAST, ARGMIN_LAST, HARDMAX, XOR,
-             ISINF, GATHER_ELEMENTS, SCATTER_ELEMENTS, LPPOOL, AVGPOOL, CONVTRANSPOSE, SUM_REDUCTION,
-             RANK6_TRANSPOSE)
+             ISINF, GATHER_ELEMENTS, SCATTER_ELEMENTS, LPPOOL, AVGPOOL, CONVTRANSPOSE, END_PAD, SUM_REDUCTION,
+             RMS_SCALE, RANK6_TRANSPOSE)

@@ -220,3 +220,29 @@ def test_what_core_ml_cannot_express_is_refused(case, tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9), src)
     with pytest.raises(UnsupportedError, match=f"\\({node.op_type}\\).*{why}"):
         onnxbridge.convert(src, to="coreml", output=tmp_path / "m.mlpackage")
+
+
+def test_channel_shuffle_runs_as_an_interleaved_concat(tmp_path):
+    """ShuffleNet's channel shuffle after a concat, which coremltools fuses into one interleaved concat; the host
+    evaluator runs it (it skipped such packages before)."""
+    nodes = [helper.make_node("Concat", ["a", "b"], ["ab"], axis=1),
+             helper.make_node("Reshape", ["ab", "split"], ["groups"]),
+             helper.make_node("Transpose", ["groups"], ["swapped"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["swapped", "joined"], ["y"])]
+    model = _model(nodes, [("a", F, [1, 3, 4, 5]), ("b", F, [1, 3, 4, 5])], ["y"],
+                   [("split", np.array([1, 2, 3, 4, 5], np.int64)), ("joined", np.array([1, 6, 4, 5], np.int64))])
+    passed_coreml_hop(model, tmp_path, inputs={"a": _x(1, 3, 4, 5), "b": _x(1, 3, 4, 5)})
+    from onnxbridge.backends.coreml.runners import Runner
+
+    ops = [op for op in Runner(tmp_path / "m.mlpackage").function.operations if op.op_type != "const"]
+    assert [op.op_type for op in ops] == ["concat"] and ops[0].interleave.val
+
+
+def test_interleaved_concat_kernel():
+    from onnxbridge.backends.coreml.evaluate import KERNELS
+
+    a, b = np.arange(6).reshape(3, 2), np.arange(6, 12).reshape(3, 2)
+    y = KERNELS["concat"](values=[a, b], axis=0, interleave=True)
+    np.testing.assert_array_equal(y, [[0, 1], [6, 7], [2, 3], [8, 9], [4, 5], [10, 11]])  # MIL's own example
+    np.testing.assert_array_equal(KERNELS["concat"](values=[a, b], axis=-1, interleave=True),
+                                  [[0, 6, 1, 7], [2, 8, 3, 9], [4, 10, 5, 11]])

@@ -723,6 +723,37 @@ def test_legalized_node_tests_pass_on_the_htp_simulator(tmp_path, case, rule):
     assert check_targets(str(src), ["dlc"])["blockers"] == []
 
 
+def _htp_blind_spot(path: Path, case: str) -> Path:
+    """What the HTP got wrong before a rule: a Pad of the last axis at its end only (after a Relu here; EfficientViT
+    pads v with ones so: wrong numbers), and an RMS normalization scaled weight-first (Llama's: the graph did not
+    finalize)."""
+    inits = [numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 0, 1], np.int64), "pads"),
+             numpy_helper.from_array(np.float32(1), "one"), numpy_helper.from_array(np.float32(2), "two"),
+             numpy_helper.from_array(np.float32(1e-6), "eps"),
+             numpy_helper.from_array(np.random.default_rng(0).uniform(0.5, 1.5, 64).astype(np.float32), "w")]
+    shape = [1, 8, 16, 16] if case == "pad" else [1, 16, 64]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Pad", ["r", "pads", "one"], ["y"])] \
+        if case == "pad" else [
+        helper.make_node("Pow", ["x", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["m"], axes=[-1]),
+        helper.make_node("Add", ["m", "eps"], ["a"]), helper.make_node("Sqrt", ["a"], ["s"]),
+        helper.make_node("Reciprocal", ["s"], ["r"]), helper.make_node("Mul", ["x", "r"], ["n"]),
+        helper.make_node("Mul", ["w", "n"], ["y"])]
+    used = {i for n in nodes for i in n.input}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [t for t in inits if t.name in used])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("case,rule", [("pad", "last-axis-end-pad-to-concat"), ("rms", "rms-scale-operand-second")])
+def test_what_the_htp_got_wrong_passes_legalized(tmp_path, case, rule):
+    src = _htp_blind_spot(tmp_path / f"{case}.onnx", case)
+    rep = onnxbridge.convert(str(src), to="dlc", output=str(tmp_path / "m.dlc")).report
+    assert rep["status"] == "passed" and rep["hops"][-1]["status"] == "passed", rep["hops"][-1]
+    assert any(n.startswith("legalized") and rule in n for n in rep["notes"]), rep["notes"]
+
+
 def test_check_sees_what_folding_removes(tmp_path):
     """CastLike of a constant (as opset-18 expanded functions write it) is folded away before the QNN EP sees the
     model: check does not block on it; a run-time op without a QNN builder is still named."""

@@ -12,10 +12,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxbridge.backends.dlc.legalize.rules import (ARGMAX_LAST, ARGMIN_LAST, AVGPOOL, BATCHNORM, CELU, CLIP,
-                                                    CONVTRANSPOSE, CUMSUM, DROPOUT, GATHER_ELEMENTS, GELU, GEMM,
-                                                    HARDMAX, HARDSWISH, IDENTITY, ISINF, ISNAN, LAYERNORM, LPPOOL, MISH,
-                                                    ONE_INPUT, QNN_RULES, SCATTER_ELEMENTS, SELU, SHAPE, SHRINK, SIZE,
-                                                    SOFTPLUS, SOFTSIGN, SUM_REDUCTION, TRIG, TRILU, XOR)
+                                                    CONVTRANSPOSE, CUMSUM, DROPOUT, END_PAD, GATHER_ELEMENTS, GELU,
+                                                    GEMM, HARDMAX, HARDSWISH, IDENTITY, ISINF, ISNAN, LAYERNORM,
+                                                    LPPOOL, MISH, ONE_INPUT, QNN_RULES, RMS_SCALE, SCATTER_ELEMENTS,
+                                                    SELU, SHAPE, SHRINK, SIZE, SOFTPLUS, SOFTSIGN, SUM_REDUCTION, TRIG,
+                                                    TRILU, XOR)
 from onnxbridge.legalize import apply
 from tests.conftest import check_report
 from tests.helpers.extras import require, requires
@@ -614,3 +615,74 @@ def test_reductions_over_runtime_axes_or_noop_are_left():
                                   [] if axes is None else [numpy_helper.from_array(axes, "axes")])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8)
         assert apply(model, QNN_RULES)[1] == []
+
+
+def _pad(pads, value=None, opset=17, axes=None, mode="constant", shape=(2, 3, 4, 5)) -> onnx.ModelProto:
+    """A Pad of ``x``: pads (and value, axes) as inputs from opset 11, attributes before."""
+    if opset < 11:
+        attrs = {"pads": pads, "mode": mode, **({"value": value} if value is not None else {})}
+        return _model([helper.make_node("Pad", ["x"], ["y"], **attrs)], list(shape), opset=opset)
+    inits = [("pads", np.array(pads, np.int64)), ("value", np.float32(value if value is not None else 0))]
+    inputs = ["x", "pads", "value" if value is not None else ""]
+    if axes is not None:
+        inits.append(("axes", np.array(axes, np.int64)))
+        inputs.append("axes")
+    return _model([helper.make_node("Pad", inputs, ["y"], mode=mode)], list(shape), inits, opset=opset)
+
+
+@pytest.mark.parametrize("pads,value,opset,axes", [
+    ([0, 0, 0, 0, 0, 0, 0, 1], 1.0, 17, None),  # EfficientViT's F.pad(v, (0, 1), value=1)
+    ([0, 0, 0, 0, 0, 0, 0, 3], None, 17, None),
+    ([0, 1, 2, 0, 1, 0, -1, 2], -2.5, 17, None),  # other axes padded and cropped too
+    ([0, 0, 1, 2], 1.0, 18, [1, -1]),
+    ([0, 0, 0, 0, 0, 0, 1, 1], 4.0, 9, None),
+])
+def test_a_pad_at_the_last_axis_end_becomes_concat(pads, value, opset, axes):
+    """The HTP gets the last axis padded at its end only wrong: that padding becomes a Concat of a constant block."""
+    out = _same(_pad(pads, value, opset, axes), [END_PAD], _x((2, 3, 4, 5)))
+    assert "Concat" in _ops(out)
+    for node in out.graph.node:
+        if node.op_type == "Pad":  # what is left pads the other axes only
+            kept = [a.ints for a in node.attribute if a.name == "pads"] or \
+                [numpy_helper.to_array(next(t for t in out.graph.initializer if t.name == node.input[1]))]
+            assert kept[0][3] == 0 and kept[0][7] == 0
+
+
+@pytest.mark.parametrize("pads,mode", [([0, 0, 0, 1, 0, 0, 0, 0], "constant"), ([0, 0, 0, 1, 0, 0, 0, 2], "constant"),
+                                       ([0, 0, 1, 0, 0, 0, 1, 0], "constant"), ([0, 0, 0, 0, 0, 0, 0, 1], "edge"),
+                                       ([0, 0, 0, 0, 0, 0, 0, 1], "reflect")])
+def test_pads_the_htp_computes_are_left(pads, mode):
+    assert apply(_pad(pads, mode=mode), [END_PAD])[1] == []
+
+
+def test_a_pad_of_runtime_pads_is_left():
+    graph = helper.make_graph([helper.make_node("Pad", ["x", "pads"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                               helper.make_tensor_value_info("pads", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    assert apply(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+                 [END_PAD])[1] == []
+
+
+def _rms_norm(scale_first: bool = True, eps: bool = True, divide: bool = False) -> onnx.ModelProto:
+    """Llama's RMSNorm as the dynamo exporter writes it: x * Reciprocal(Sqrt(ReduceMean(Pow(x, 2)) + eps)) * w."""
+    nodes = [helper.make_node("Pow", ["x", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["m"], axes=[-1])]
+    nodes += [helper.make_node("Add", ["eps", "m"], ["a"]), helper.make_node("Sqrt", ["a"], ["s"])] if eps else \
+        [helper.make_node("Sqrt", ["m"], ["s"])]
+    nodes += [helper.make_node("Div", ["x", "s"], ["n"])] if divide else \
+        [helper.make_node("Reciprocal", ["s"], ["r"]), helper.make_node("Mul", ["x", "r"], ["n"])]
+    nodes.append(helper.make_node("Mul", ["w", "n"] if scale_first else ["n", "w"], ["y"]))
+    inits = [("two", np.float32(2)), ("eps", np.float32(1e-6)), ("w", _x((8,), seed=3))]
+    return _model(nodes, [1, 4, 8], inits[:1] + inits[1 if eps else 2:])
+
+
+def test_an_rms_norm_scale_goes_second():
+    """The HTP cannot finalize a graph whose RMS normalization is scaled as weight * normalized (Llama's)."""
+    out = _same(_rms_norm(), [RMS_SCALE], _x((1, 4, 8)))
+    assert list(out.graph.node[-1].input) == ["n", "w"]
+    assert apply(_rms_norm(eps=False), [RMS_SCALE])[1]
+
+
+@pytest.mark.parametrize("kw", [{"scale_first": False}, {"divide": True}])
+def test_rms_norms_the_htp_takes_are_left(kw):
+    assert apply(_rms_norm(**kw), [RMS_SCALE])[1] == []

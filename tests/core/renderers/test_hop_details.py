@@ -89,7 +89,7 @@ def _terminal(rep: dict) -> str:
 
 def test_the_schema_holds_a_1_8_record():
     rep = report_1_8()
-    assert rep["schema_version"] == SCHEMA_VERSION == "1.9"
+    assert rep["schema_version"] == SCHEMA_VERSION == "1.10"
     check_report(rep)
     for broken in (lambda r: r["hops"][1]["tolerance"].update(rule="lenient"),
                    lambda r: r["hops"][1]["outputs"][0].update(snr_db="high"),
