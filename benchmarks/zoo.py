@@ -301,22 +301,23 @@ def run_model(model: zoo_models.ZooModel, targets: list[str], timeout: float, th
                     if code is not None:
                         if current is not None or len(done) < len(pending):
                             tail = log_path.read_bytes().decode(errors="replace")[-600:]
-                            ended = ("crashed", f"the model's process {_signal_name(code)}: {_one_line(tail, 300)}")
+                            ended = ("crashed", f"the model's process {_signal_name(code)}", _one_line(tail, 300))
                         break
                     if current is not None and time.monotonic() - started > timeout + GRACE_S:
                         with contextlib.suppress(ProcessLookupError):
                             os.killpg(proc.pid, 9)  # the process this function started, and its children
                         proc.wait()
-                        ended = ("timeout", f"no result after {timeout + GRACE_S:g} s: killed")
+                        ended = ("timeout", f"no result after {timeout + GRACE_S:g} s: killed", None)
                         break
                     time.sleep(0.3)
             if current is not None:
-                on_cell({"target": current, "status": ended[0], "error": ended[1],
+                on_cell({"target": current, "status": ended[0], "error": ended[1], "log": ended[2],
                          "seconds": round(time.monotonic() - started, 2)})
                 done.append(current)
             elif ended is not None and not done:  # died before any cell started: do not retry forever
                 for target in pending:
-                    on_cell({"target": target, "status": "crashed", "error": ended[1], "seconds": 0.0})
+                    on_cell({"target": target, "status": "crashed", "error": ended[1], "log": ended[2],
+                             "seconds": 0.0})
                 return
         pending = [t for t in pending if t not in done]
 
@@ -527,7 +528,9 @@ def table(data: dict) -> str:
                 where = f" {c.get('op') or ''}" + (f" (node `{_md(c['node'])}`)" if c.get("node") else "") + ":"
             elif c.get("hop"):
                 where = f" at {c['hop']}:"
-            lines.append(f"- `{name}` · {t} · {c['status']}{where} {_md(c.get('error') or c.get('reason') or '')}")
+            log = f" (its output ended: {_md(c['log'][-200:])})" if c.get("log") else ""
+            lines.append(f"- `{name}` · {t} · {c['status']}{where} {_md(c.get('error') or c.get('reason') or '')}"
+                         + log)
     return "\n".join(lines) + "\n"
 
 
@@ -660,7 +663,9 @@ def main(argv: list[str] | None = None) -> int:
     command = "benchmarks/zoo.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     run = {"command": command, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "versions": versions(), "cells": sum(len(ts) for _, ts in jobs), "seconds": 0.0}
-    data.setdefault("runs", []).append(run)
+    data.setdefault("runs", [])
+    if run["cells"]:  # a resumed run with nothing left to do (rewriting the table) is no run of its own
+        data["runs"].append(run)
 
     lanes = max(1, min(args.jobs, len(jobs) or 1))
     threads = max(1, (os.cpu_count() or 2) // lanes)
@@ -672,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=False)
+    console = Console(soft_wrap=True)
     console.print(f"{len(jobs)} models, {run['cells']} cells ({', '.join(targets)}); {lanes} at once, "
                   f"timeout {args.timeout:g} s per cell" + (f"; {len(kept)} cells kept from {args.out}"
                                                             if args.resume else ""))
@@ -713,13 +718,14 @@ def main(argv: list[str] | None = None) -> int:
     shown = [t for t in TARGETS if any(c["target"] == t for c in cells)]
     tot = totals(cells, shown)
     this_run = totals(fresh, shown)
-    console.print(f"\nwall time {_duration(run['seconds'])}; per target, this run's cells summed:")
+    console.print(f"\nwall time {_duration(run['seconds'])}; per target, the cells' own seconds summed (this run; "
+                  "every cell of the results):")
     for t in shown:
         x = tot[t]
         console.print(f"  {t:12s} passed {x['passed']:4d}/{x['denominator']:<4d} "
                       f"{_pct(x['passed'], x['denominator']):>8s}"
                       f"   {' '.join(f'{s} {n}' for s, n in x['by_status'].items() if n and s != 'passed')}"
-                      f"   wall time {_duration(this_run[t]['seconds'])}")
+                      f"   wall time {_duration(this_run[t]['seconds'])}; {_duration(x['seconds'])}")
     console.print("\nmost common causes:")
     for text, n, ts, ms in causes(cells):
         console.print(f"  {n:4d}  {text}  [{', '.join(ts)}]  e.g. {', '.join(ms[:3])}", markup=False, soft_wrap=True)

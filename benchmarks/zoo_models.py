@@ -689,14 +689,12 @@ MODELS: list[ZooModel] = [
                                ("ConvNeXtTiny", IMAGE, IMAGE_RANGE), ("MobileNet", IMAGE, IMAGE_RANGE),
                                ("NASNetMobile", 96, None))],  # NASNet's cells crop by the static input size
 
-    # --- Paddle vision (NCHW input 'x')
-    *[_m(f"paddle_{fn}", "paddle", "classification", _paddle(fn, size), "image", _image_axes(sizes=sizes))
-      for fn, size, sizes in (("resnet18", IMAGE, IMAGE_RANGE), ("resnet50", IMAGE, IMAGE_RANGE),
-                              ("mobilenet_v1", IMAGE, IMAGE_RANGE), ("mobilenet_v2", IMAGE, IMAGE_RANGE),
-                              ("mobilenet_v3_small", IMAGE, IMAGE_RANGE),
-                              ("shufflenet_v2_x0_5", IMAGE, IMAGE_RANGE), ("squeezenet1_1", IMAGE, IMAGE_RANGE),
-                              ("densenet121", IMAGE, IMAGE_RANGE), ("vgg11", IMAGE, IMAGE_RANGE),
-                              ("mobilenet_v3_large", IMAGE, IMAGE_RANGE), ("resnext50_32x4d", IMAGE, IMAGE_RANGE))],
+    # --- Paddle vision (NCHW input named after forward's parameter)
+    *[_m(f"paddle_{fn}", "paddle", "classification", _paddle(fn), "image", _image_axes(arg))
+      for fn, arg in (("resnet18", "x"), ("resnet50", "x"), ("mobilenet_v1", "x"), ("mobilenet_v2", "x"),
+                      ("mobilenet_v3_small", "x"), ("shufflenet_v2_x0_5", "inputs"), ("squeezenet1_1", "inputs"),
+                      ("densenet121", "input"), ("vgg11", "x"), ("mobilenet_v3_large", "x"),
+                      ("resnext50_32x4d", "x"))],
 
     # --- scikit-learn and gradient boosting (8 float features, 16 sample rows)
     _m("sk_linear_regression", "sklearn", "tabular", _sk(_lazy("sklearn.linear_model", "LinearRegression"), None),
